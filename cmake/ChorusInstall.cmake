@@ -1,0 +1,45 @@
+# Install rules and the CMake package for chorus, included from the top-level
+# CMakeLists.txt when CHORUS_INSTALL is ON.
+#
+# Header-only and architecture independent, so the package goes to DATADIR (share/), not
+# LIBDIR: one install serves every ABI.
+
+include(CMakePackageConfigHelpers)
+
+set(_chorus_targets chorus)
+if(TARGET chorus_tcp)
+    list(APPEND _chorus_targets chorus_tcp)
+endif()
+set(_chorus_cmakedir "${CMAKE_INSTALL_DATADIR}/cmake/chorus")
+
+install(TARGETS ${_chorus_targets} EXPORT chorus-targets)
+install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/chorus" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
+install(EXPORT chorus-targets
+    NAMESPACE chorus::
+    FILE chorus-targets.cmake
+    DESTINATION "${_chorus_cmakedir}")
+
+# SameMinorVersion: while chorus is 0.x, a minor bump may break the API.
+write_basic_package_version_file("${PROJECT_BINARY_DIR}/chorus-config-version.cmake"
+    COMPATIBILITY SameMinorVersion
+    ARCH_INDEPENDENT)
+configure_package_config_file("${PROJECT_SOURCE_DIR}/cmake/chorus-config.cmake.in"
+    "${PROJECT_BINARY_DIR}/chorus-config.cmake"
+    INSTALL_DESTINATION "${_chorus_cmakedir}")
+
+set(_chorus_package_files
+    "${PROJECT_BINARY_DIR}/chorus-config.cmake"
+    "${PROJECT_BINARY_DIR}/chorus-config-version.cmake")
+if(CHORUS_WITH_ASIO)
+    # The config file finds Asio with our module: Asio has no package of its own.
+    list(APPEND _chorus_package_files "${PROJECT_SOURCE_DIR}/cmake/FindAsio.cmake")
+    # Also beside the build-tree config, so -Dchorus_DIR=<build dir> works too.
+    configure_file("${PROJECT_SOURCE_DIR}/cmake/FindAsio.cmake" "${PROJECT_BINARY_DIR}/FindAsio.cmake" COPYONLY)
+endif()
+install(FILES ${_chorus_package_files} DESTINATION "${_chorus_cmakedir}")
+install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DOCDIR}")
+
+# Build-tree package: the build directory can be used as chorus_DIR without installing.
+export(EXPORT chorus-targets
+    FILE "${PROJECT_BINARY_DIR}/chorus-targets.cmake"
+    NAMESPACE chorus::)

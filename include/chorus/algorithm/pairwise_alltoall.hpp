@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// Pairwise alltoall: a distributed transpose (the seed's 2.6). Block j of rank i's `send`
+// lands in block i of rank j's `recv`.
+// Schedule: detail::pairwise_exchange (round k talks to r + k and r - k, windows of rounds
+// in flight). Cost: (p - 1) * alpha + (p - 1) * n * beta per rank for n-element blocks.
+
+#include <span>
+
+#include <chorus/detail/collective.hpp>
+#include <chorus/detail/pairwise_exchange.hpp>
+#include <chorus/transport/concepts.hpp>
+
+namespace chorus {
+
+/// Rank j receives block j of every rank's `send` into block i (for sender i) of `recv`.
+/// Both buffers hold p equal blocks.
+/// @throws chorus::invalid_argument when the sizes differ or are not a multiple of p.
+template <transport Transport, class T>
+void pairwise_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv) {
+    rank_t const p = tp.size();
+    detail::check_size(tp, send.size() == recv.size() && send.size() % static_cast<std::size_t>(p) == 0, "alltoall",
+                       "send (" + std::to_string(send.size()) + ") and receive (" + std::to_string(recv.size()) +
+                           ") buffers must have equal sizes, a multiple of the " + std::to_string(p) + " ranks");
+    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::alltoall);
+    std::size_t const n = send.size() / static_cast<std::size_t>(p);
+    detail::pairwise_exchange(
+        tp, tag, [&](rank_t r) { return detail::slot(send, r, n); }, [&](rank_t r) { return detail::slot(recv, r, n); });
+}
+
+} // namespace chorus

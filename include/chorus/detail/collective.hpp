@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// What every algorithm needs: typed views of byte messages, blocking steps built from the
+// transport's non-blocking primitives, argument checks that fail the whole group, and the
+// partition of a vector into blocks.
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include <chorus/detail/tags.hpp>
+#include <chorus/error.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/transport/concepts.hpp>
+
+namespace chorus::detail {
+
+template <class T>
+std::span<std::byte const> bytes_of(std::span<T const> s) noexcept {
+    return std::as_bytes(s);
+}
+template <class T>
+std::span<std::byte const> bytes_of(std::span<T> s) noexcept {
+    return std::as_bytes(s);
+}
+template <class T>
+std::span<std::byte> writable_bytes_of(std::span<T> s) noexcept {
+    return std::as_writable_bytes(s);
+}
+
+/// Starts a collective: draws its tag from the transport's sequence.
+template <transport Transport>
+tag_t begin_collective(Transport& tp, collective_kind kind) {
+    return make_collective_tag(kind, tp.next_sequence());
+}
+
+/// Fails the group, then throws: a rank that detects bad input must not leave its peers
+/// waiting for messages it will never send.
+template <transport Transport>
+[[noreturn]] void fail_argument(Transport& tp, std::string const& what) {
+    std::string const full = "rank " + std::to_string(tp.rank()) + ": " + what;
+    tp.abort(full.c_str());
+    throw invalid_argument(full);
+}
+
+template <transport Transport>
+void check_root(Transport& tp, rank_t root, char const* collective) {
+    if (root < 0 || root >= tp.size())
+        fail_argument(tp, std::string(collective) + ": root " + std::to_string(root) +
+                              " is out of range for a group of " + std::to_string(tp.size()) + " ranks");
+}
+
+template <transport Transport>
+void check_size(Transport& tp, bool ok, char const* collective, std::string const& what) {
+    if (!ok) fail_argument(tp, std::string(collective) + ": " + what);
+}
+
+/// Checks that a buffer holds one block of `block` elements per rank (the layout of scatter,
+/// gather, allgather and reduce_scatter). `what` names the buffer and `per` the block's source.
+template <transport Transport>
+void check_blocks(Transport& tp, char const* collective, char const* what, std::size_t have, char const* per,
+                  std::size_t block) {
+    auto const p = static_cast<std::size_t>(tp.size());
+    check_size(tp, have == p * block, collective,
+               std::string(what) + " holds " + std::to_string(have) + " elements, expected ranks * " + per + " = " +
+                   std::to_string(p) + " * " + std::to_string(block));
+}
+
+template <transport Transport, class T>
+void send(Transport& tp, tag_t tag, rank_t peer, std::span<T const> out) {
+    tp.isend(peer, tag, bytes_of(out)).wait();
+}
+
+template <transport Transport, class T>
+void recv(Transport& tp, tag_t tag, rank_t peer, std::span<T> in) {
+    tp.irecv(peer, tag, writable_bytes_of(in)).wait();
+}
+
+/// Sends `out` to `dst` while receiving `in` from `src`; returns when both completed. The
+/// receive is posted first, so a transport can land the message straight in `in`.
+template <transport Transport, class T>
+void sendrecv(Transport& tp, tag_t tag, rank_t dst, std::span<T const> out, rank_t src, std::span<T> in) {
+    auto r = tp.irecv(src, tag, writable_bytes_of(in));
+    auto s = tp.isend(dst, tag, bytes_of(out));
+    s.wait();
+    r.wait();
+}
+
+/// Position of `i` on a ring of `p` ranks, for any (possibly negative) `i`.
+constexpr std::size_t ring_index(rank_t i, rank_t p) noexcept {
+    return static_cast<std::size_t>(((i % p) + p) % p);
+}
+
+/// Block `i` of `parts` near-equal contiguous blocks of `data`: [i*n/parts, (i+1)*n/parts).
+/// Sizes differ by at most one; block 0 is the smallest, the last block the largest; blocks
+/// are empty when n < parts.
+template <class T>
+constexpr std::span<T> block(std::span<T> data, std::size_t i, std::size_t parts) noexcept {
+    std::size_t const n = data.size();
+    std::size_t const lo = n * i / parts;
+    return data.subspan(lo, n * (i + 1) / parts - lo);
+}
+
+/// Blocks [lo, hi) of `parts`, as one contiguous span.
+template <class T>
+constexpr std::span<T> blocks(std::span<T> data, std::size_t lo, std::size_t hi, std::size_t parts) noexcept {
+    std::size_t const n = data.size();
+    std::size_t const first = n * lo / parts;
+    return data.subspan(first, n * hi / parts - first);
+}
+
+/// Equal block `i` of size `n` (the layout of scatter, gather, allgather, alltoall).
+template <class T>
+constexpr std::span<T> slot(std::span<T> data, rank_t i, std::size_t n) noexcept {
+    return data.subspan(static_cast<std::size_t>(i) * n, n);
+}
+
+template <class T>
+constexpr std::span<T const> as_const(std::span<T> s) noexcept {
+    return s;
+}
+
+} // namespace chorus::detail

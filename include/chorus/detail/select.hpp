@@ -1,0 +1,122 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// Run-time algorithm choice for the front doors called without a tag: the thresholds, the
+// CHORUS_ALGO override ("allreduce:ring,broadcast:tree", as NCCL_ALGO) and CHORUS_DEBUG
+// logging of what was chosen and why. docs/algorithms.md explains the rules.
+
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include <chorus/error.hpp>
+#include <chorus/fwd.hpp>
+
+namespace chorus::detail {
+
+enum class algorithm_id { ring, tree, linear, recursive_doubling, rabenseifner, pairwise, dissemination };
+
+inline constexpr char const* algorithm_name(algorithm_id a) noexcept {
+    switch (a) {
+    case algorithm_id::ring: return "ring";
+    case algorithm_id::tree: return "tree";
+    case algorithm_id::linear: return "linear";
+    case algorithm_id::recursive_doubling: return "recursive_doubling";
+    case algorithm_id::rabenseifner: return "rabenseifner";
+    case algorithm_id::pairwise: return "pairwise";
+    case algorithm_id::dissemination: return "dissemination";
+    }
+    return "?";
+}
+
+constexpr std::string_view trim(std::string_view s) noexcept {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+}
+
+/// The algorithm CHORUS_ALGO names for `collective`, or "" (read on every call, so tests and
+/// programs may change it between collectives; the cost is one getenv next to a network
+/// round trip).
+inline std::string env_algorithm(std::string_view collective) {
+    char const* env = std::getenv("CHORUS_ALGO");
+    if (env == nullptr) return {};
+    std::string_view rest(env);
+    while (!rest.empty()) {
+        std::size_t const comma = rest.find(',');
+        std::string_view item = trim(rest.substr(0, comma));
+        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+        std::size_t const colon = item.find(':');
+        if (colon != std::string_view::npos && trim(item.substr(0, colon)) == collective)
+            return std::string(trim(item.substr(colon + 1)));
+    }
+    return {};
+}
+
+inline bool debug_enabled() noexcept {
+    char const* env = std::getenv("CHORUS_DEBUG");
+    return env != nullptr && *env != '\0' && std::string_view(env) != "0";
+}
+
+struct choice {
+    algorithm_id algorithm;
+    char const* reason;
+};
+
+/// Applies CHORUS_ALGO to an automatic choice. `allowed` are the algorithms this collective
+/// has for this op; an unknown or inapplicable name is an error, not a silent fallback.
+inline choice apply_override(std::string_view collective, choice automatic_choice,
+                             std::initializer_list<algorithm_id> allowed) {
+    std::string const wanted = env_algorithm(collective);
+    if (wanted.empty()) return automatic_choice;
+    std::string options;
+    for (algorithm_id a : allowed) {
+        if (wanted == algorithm_name(a)) return {a, "CHORUS_ALGO"};
+        options += (options.empty() ? "" : ", ") + std::string(algorithm_name(a));
+    }
+    throw invalid_argument(std::string(collective) + ": CHORUS_ALGO names '" + wanted + "' for " + std::string(collective) +
+                           ", which is not one of its algorithms for this operation: " + options);
+}
+
+inline void log_choice(rank_t rank, rank_t size, std::string_view collective, std::size_t bytes, choice c) {
+    if (!debug_enabled()) return;
+    std::fprintf(stderr, "chorus: rank %d/%d %.*s %zu bytes -> %s (%s)\n", rank, size,
+                 static_cast<int>(collective.size()), collective.data(), bytes, algorithm_name(c.algorithm), c.reason);
+}
+
+// Initial thresholds from the alpha-beta costs in the algorithm headers; they are to be fitted
+// on measured TCP runs (docs/algorithms.md). Below the small limit latency
+// dominates, so the log p exchange of whole vectors wins; above the large limit the ring's
+// p-independent bandwidth term wins over Rabenseifner's extra fold traffic.
+inline constexpr std::size_t allreduce_small_bytes = 16 * 1024;
+inline constexpr std::size_t allreduce_large_bytes = 1024 * 1024;
+
+inline choice choose_allreduce(rank_t p, std::size_t bytes, bool commutative) {
+    if (p == 1) return {algorithm_id::recursive_doubling, "one rank"};
+    if (bytes <= allreduce_small_bytes) return {algorithm_id::recursive_doubling, "small message: latency-bound"};
+    if (!commutative) return {algorithm_id::rabenseifner, "non-commutative op: rank-order halving/doubling"};
+    if (bytes < allreduce_large_bytes) return {algorithm_id::rabenseifner, "mid-size message"};
+    return {algorithm_id::ring, "large message: bandwidth-bound"};
+}
+
+/// The front doors' decision: the automatic choice, CHORUS_ALGO applied, logged. A bad
+/// override fails the group like any invalid argument.
+template <class Transport>
+algorithm_id decide(Transport& tp, std::string_view collective, std::size_t bytes, choice automatic_choice,
+                    std::initializer_list<algorithm_id> allowed) {
+    choice c = automatic_choice;
+    try {
+        c = apply_override(collective, automatic_choice, allowed);
+    } catch (invalid_argument const& e) {
+        tp.abort(e.what());
+        throw;
+    }
+    log_choice(tp.rank(), tp.size(), collective, bytes, c);
+    return c.algorithm;
+}
+
+} // namespace chorus::detail

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// How collectives build message tags. A collective takes one tag for all its messages: the
+// transport keeps messages of one (sender, tag) pair in order, and every pair of ranks agrees
+// on the sequence of messages it exchanges within one collective, so one tag suffices.
+//
+//   bit 63      collective bit (user point-to-point tags stay below it)
+//   bits 56-62  collective kind, so two ranks in different collectives are told apart
+//   bits 0-55   the transport's collective sequence number
+
+#include <cstdint>
+#include <string>
+
+#include <chorus/fwd.hpp>
+
+namespace chorus::detail {
+
+enum class collective_kind : std::uint8_t {
+    barrier = 1,
+    broadcast,
+    scatter,
+    gather,
+    allgather,
+    reduce,
+    allreduce,
+    reduce_scatter,
+    alltoall,
+    alltoallv,
+};
+
+inline constexpr char const* kind_name(collective_kind k) noexcept {
+    switch (k) {
+    case collective_kind::barrier: return "barrier";
+    case collective_kind::broadcast: return "broadcast";
+    case collective_kind::scatter: return "scatter";
+    case collective_kind::gather: return "gather";
+    case collective_kind::allgather: return "allgather";
+    case collective_kind::reduce: return "reduce";
+    case collective_kind::allreduce: return "allreduce";
+    case collective_kind::reduce_scatter: return "reduce_scatter";
+    case collective_kind::alltoall: return "alltoall";
+    case collective_kind::alltoallv: return "alltoallv";
+    }
+    return "collective";
+}
+
+inline constexpr tag_t sequence_mask = (tag_t{1} << 56) - 1;
+
+constexpr tag_t make_collective_tag(collective_kind k, std::uint64_t sequence) noexcept {
+    return collective_tag_bit | (tag_t{static_cast<std::uint8_t>(k)} << 56) | (sequence & sequence_mask);
+}
+
+constexpr bool is_collective_tag(tag_t t) noexcept { return (t & collective_tag_bit) != 0; }
+constexpr std::uint64_t tag_sequence(tag_t t) noexcept { return t & sequence_mask; }
+constexpr collective_kind tag_kind(tag_t t) noexcept {
+    return static_cast<collective_kind>((t >> 56) & 0x7f);
+}
+
+/// Two tags that belong to the same collective call on both ranks but name different
+/// collectives: the ranks disagree about which collective they are in.
+constexpr bool tags_conflict(tag_t posted, tag_t arrived) noexcept {
+    return posted != arrived && is_collective_tag(posted) && is_collective_tag(arrived) &&
+           tag_sequence(posted) == tag_sequence(arrived);
+}
+
+/// "allreduce #3" or "tag 17", for error messages.
+inline std::string describe_tag(tag_t t) {
+    if (!is_collective_tag(t)) return "tag " + std::to_string(t);
+    return std::string(kind_name(tag_kind(t))) + " #" + std::to_string(tag_sequence(t));
+}
+
+} // namespace chorus::detail

@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// The transport concept: what every algorithm may assume of the thing that moves bytes.
+// The full semantic contract, with a table per operation, is docs/concepts.md#transport.
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+#include <chorus/fwd.hpp>
+
+namespace chorus {
+
+/// A handle on one non-blocking send or receive.
+/// - `wait()` returns once the operation completed (a send's buffer may be reused, a
+///   receive's buffer holds the message). It never blocks longer than the transport's
+///   timeout; it throws `chorus::timeout_error` then, or `chorus::transport_error` when the
+///   operation failed (size or tag mismatch, peer failure). A second `wait()` returns at once.
+/// - `test()` returns whether the operation completed, without blocking; it throws as
+///   `wait()` does when the operation failed.
+/// - A request that is destroyed before completing cancels its operation (the buffer is not
+///   touched afterwards); in that case the group is aborted, since the peer's matching
+///   message would otherwise be lost.
+template <class R>
+concept request = std::movable<R> && requires(R& r) {
+    r.wait();
+    { r.test() } -> std::same_as<bool>;
+};
+
+/// A group of `size()` processes that exchange tagged byte messages point to point.
+///
+/// Requirements (docs/concepts.md#transport), in brief:
+/// 1. `isend(peer, tag, bytes)` / `irecv(peer, tag, bytes)` start a transfer and return a
+///    `request`; the buffer must stay valid until the request completed.
+/// 2. Messages are matched by (sender, tag); messages from one sender with one tag are
+///    received in the order they were sent. Zero-length messages are legal. `peer` may be
+///    the calling rank itself.
+/// 3. A message whose size differs from the posted buffer is an error (`errc::size_mismatch`)
+///    naming the peer, never a truncation.
+/// 4. Progress: every posted send completes once the receiver posts the matching receive,
+///    regardless of the order in which ranks post operations (no deadlock when every rank
+///    sends before it receives).
+/// 5. `next_sequence()` returns 0, 1, 2, ... on successive calls; collectives build their tags
+///    from it, so every rank must call collectives in the same order.
+/// 6. `abort(reason)` marks the group as failed: every pending and later operation on every
+///    rank fails with `errc::peer_failed` naming this rank. Collectives call it before they
+///    throw, so a failed collective says so on every rank instead of leaving peers waiting.
+/// 7. `memory_space` says where message buffers live (`chorus::host_memory` or a device
+///    space); algorithms allocate scratch and reduce through it.
+template <class T>
+concept transport = requires(T& t, T const& ct, rank_t peer, tag_t tag,
+                             std::span<std::byte const> out, std::span<std::byte> in,
+                             char const* reason) {
+    typename T::memory_space;
+    typename T::request;
+    requires request<typename T::request>;
+    { ct.rank() } noexcept -> std::same_as<rank_t>;
+    { ct.size() } noexcept -> std::same_as<rank_t>;
+    { t.isend(peer, tag, out) } -> std::same_as<typename T::request>;
+    { t.irecv(peer, tag, in) } -> std::same_as<typename T::request>;
+    { t.next_sequence() } -> std::same_as<std::uint64_t>;
+    { t.abort(reason) } noexcept;
+};
+
+/// A transport whose buffers are ordinary host memory (`std::vector`, arrays).
+template <class T>
+concept host_transport = transport<T> && std::same_as<typename T::memory_space, host_memory>;
+
+} // namespace chorus

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: MIT
+// Misuse that must not compile, each with our own message (ctest matches it). One section per
+// test, selected with -DSECTION_<name>; without a section the file compiles, which proves the
+// failures below come from the misuse and not from the file.
+#include <chorus/chorus.hpp>
+
+#include <span>
+#include <vector>
+
+void use(chorus::loopback_transport& tp) {
+    std::vector<int> v(4);
+    auto concat = [](int a, int b) { return a * 10 + b; };  // associative-ish, not commutative
+#if defined(SECTION_RING_NONCOMMUTATIVE)
+    chorus::ring_allreduce(tp, std::span<int>(v), concat);
+#elif defined(SECTION_FRONT_DOOR_RING_NONCOMMUTATIVE)
+    chorus::allreduce<chorus::ring>(tp, v, concat);
+#elif defined(SECTION_UNSUPPORTED_ALGORITHM)
+    chorus::broadcast<chorus::rabenseifner>(tp, v, 0);
+#else
+    chorus::allreduce<chorus::tree>(tp, v, concat);
+#endif
+}
+
+int main() {}
