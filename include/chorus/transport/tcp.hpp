@@ -1,0 +1,1022 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// tcp_transport: one rank per process (or per thread, in tests), ranks connected by a full
+// mesh of TCP connections, on standalone Asio (define ASIO_STANDALONE; header <asio.hpp>).
+//
+// Rendezvous. Rank 0 listens on master_addr:master_port. Every rank, rank 0 included, first
+// opens its own listening socket on an ephemeral port, then connects to the master (retrying
+// with back-off: the master may not be up yet) and sends {token, rank, size, port, address},
+// the address being the local end of its master connection (the address the master can reach
+// it on). Rank 0 collects all ranks, then sends everyone the table of (address, port). Each
+// rank then connects to every lower rank and accepts from every higher rank: every pair gets
+// exactly one connection, and since listening sockets exist before anyone connects, nobody can
+// wait for a connection that is not yet being accepted (no deadlock). A connection whose
+// handshake is wrong (token, rank, garbage) is closed and ignored: a port scanner or another
+// job's stray rank must not break this job. Everything here is async, driven by the
+// constructor's thread running the io_context until a deadline, so one timeout bounds it all.
+//
+// Frames. Every message is a 24-byte header {type, tag, size} (little endian u64s) followed
+// by `size` payload bytes. A send is one gathered write of header + the user's buffer (no copy);
+// the request completes when the write handler ran, so the buffer may be reused then. Per
+// connection one reader reads a header; if a matching receive is posted (same sender, tag
+// and size) it reads the payload straight into the user's buffer, otherwise into a heap buffer
+// that is matched like loopback's eager messages (unexpected queue, size/tag checks). Because
+// every reader always drains its socket, sends complete whatever the receiver posted: the
+// progress rule holds even for messages larger than the socket buffers. One connection per
+// pair and one reader per connection give FIFO order per (sender, tag).
+// Control frames: abort (payload = reason) fails the receiver's group naming the sender;
+// goodbye says "I am shutting down", so the EOF that follows is not a failure.
+//
+// Threads. One io_context, run by one background thread owned by the transport, does all
+// socket work (Asio sockets are not thread-safe). The user's thread posts work to it with
+// asio::post and waits on a condition variable; one mutex guards all matching state, shared
+// by both threads. A buffer is never touched by the io thread after its request is gone: a
+// request that gives up (timeout, failure, destruction) first waits until the io thread no
+// longer owns the buffer (closing that connection if it must).
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <asio.hpp>
+
+#include <chorus/detail/tags.hpp>
+#include <chorus/error.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/memory.hpp>
+#include <chorus/transport/concepts.hpp>
+
+namespace chorus {
+
+struct tcp_config {
+    rank_t rank = 0;
+    rank_t size = 1;
+    std::string master_addr = "127.0.0.1";
+    std::uint16_t master_port = 0;
+    /// Bounds every wait, the rendezvous, and the goodbye exchange at shutdown.
+    std::chrono::milliseconds timeout{30000};
+    /// Must be equal on all ranks of a job; connections with another token are ignored.
+    std::string job_token;
+    /// Called by rank 0 once its master socket is listening, with the bound port. With
+    /// master_port 0 the system picks a free port: tests pass it to the other ranks this way.
+    std::function<void(std::uint16_t)> on_master_listening;
+};
+
+namespace detail {
+
+namespace tcp_wire {
+inline constexpr std::uint64_t hello_magic = 0x31305355524f4843ULL;  // "CHORUS01"
+inline constexpr std::uint64_t mesh_magic = 0x31304853454d4843ULL;   // "CHMESH01"
+inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 3;
+inline constexpr std::size_t header_size = 24;
+inline constexpr std::size_t max_token = 4096, max_addr = 256;
+
+inline void put64(unsigned char* p, std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+inline std::uint64_t get64(unsigned char const* p) noexcept {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+    return v;
+}
+inline void append64(std::vector<unsigned char>& out, std::uint64_t v) {
+    unsigned char b[8];
+    put64(b, v);
+    out.insert(out.end(), b, b + 8);
+}
+inline void append(std::vector<unsigned char>& out, std::string const& s) {
+    out.insert(out.end(), s.begin(), s.end());
+}
+} // namespace tcp_wire
+
+/// One send or receive; shared by the request and, while it owns the buffer, the io thread.
+struct tcp_op {
+    bool is_send = false;
+    rank_t peer = 0;
+    tag_t tag = 0;
+    std::span<std::byte> in;          // receive buffer
+    std::span<std::byte const> out;   // send buffer
+    bool done = false;
+    bool posted = false;    // in the posted-receive list
+    bool io_owned = false;  // the io thread may still read/write the buffer
+    errc error{};
+    std::string message;
+};
+
+struct tcp_frame {
+    std::array<unsigned char, tcp_wire::header_size> header{};
+    std::shared_ptr<tcp_op> op;  // data frames
+    std::string control;         // abort reason
+};
+
+struct tcp_unexpected {
+    tag_t tag;
+    std::vector<std::byte> bytes;
+};
+
+struct tcp_peer {
+    explicit tcp_peer(asio::io_context& io) : sock(io) {}
+    rank_t rank = -1;
+    asio::ip::tcp::socket sock;
+    // reading
+    std::array<unsigned char, tcp_wire::header_size> in_header{};
+    std::vector<std::byte> in_heap;
+    std::shared_ptr<tcp_op> in_op;
+    // writing
+    std::deque<tcp_frame> out;
+    bool writing = false;
+    bool goodbye_in = false;
+    bool finished = false;  // EOF after goodbye, or broken: no more reads
+};
+
+inline void tune_socket(asio::ip::tcp::socket& s) {
+    asio::error_code ec;
+    s.set_option(asio::ip::tcp::no_delay(true), ec);
+    s.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
+    s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+}
+
+class tcp_state {
+public:
+    explicit tcp_state(tcp_config cfg) : cfg_(std::move(cfg)) {
+        if (cfg_.size < 1) throw invalid_argument("tcp_transport: size must be at least 1, got " + std::to_string(cfg_.size));
+        if (cfg_.rank < 0 || cfg_.rank >= cfg_.size)
+            throw invalid_argument("tcp_transport: rank " + std::to_string(cfg_.rank) + " is out of range for " +
+                                   std::to_string(cfg_.size) + " ranks");
+        if (cfg_.job_token.size() > tcp_wire::max_token) throw invalid_argument("tcp_transport: job token too long");
+        auto const n = static_cast<std::size_t>(cfg_.size);
+        posted_.resize(n);
+        unexpected_.resize(n);
+        peers_.resize(n);
+        if (cfg_.size > 1) rendezvous();
+        io_.restart();
+        work_.emplace(asio::make_work_guard(io_));
+        for (auto& p : peers_)
+            if (p) start_read(*p);
+        thread_ = std::thread([this] { io_.run(); });
+    }
+
+    tcp_state(tcp_state const&) = delete;
+    tcp_state& operator=(tcp_state const&) = delete;
+
+    ~tcp_state() { shutdown(); }
+
+    rank_t rank() const noexcept { return cfg_.rank; }
+    rank_t size() const noexcept { return cfg_.size; }
+    std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
+    std::uint64_t next_sequence() noexcept { return sequence_.fetch_add(1); }
+
+    std::shared_ptr<tcp_op> isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
+        check_peer(peer);
+        std::unique_lock lock(mutex_);
+        throw_if_failed();
+        if (peer == cfg_.rank) {  // to self: no socket, eager copy
+            deliver_or_queue(peer, tag, std::vector<std::byte>(bytes.begin(), bytes.end()));
+            return nullptr;
+        }
+        auto op = std::make_shared<tcp_op>();
+        op->is_send = true;
+        op->peer = peer;
+        op->tag = tag;
+        op->out = bytes;
+        op->io_owned = true;
+        tcp_frame f;
+        tcp_wire::put64(f.header.data(), tcp_wire::frame_data);
+        tcp_wire::put64(f.header.data() + 8, tag);
+        tcp_wire::put64(f.header.data() + 16, bytes.size());
+        f.op = op;
+        peers_[static_cast<std::size_t>(peer)]->out.push_back(std::move(f));
+        lock.unlock();
+        asio::post(io_, [this, peer] {
+            std::lock_guard l(mutex_);
+            start_write(*peers_[static_cast<std::size_t>(peer)]);
+        });
+        return op;
+    }
+
+    std::shared_ptr<tcp_op> irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
+        check_peer(peer);
+        auto op = std::make_shared<tcp_op>();
+        op->peer = peer;
+        op->tag = tag;
+        op->in = bytes;
+        std::lock_guard lock(mutex_);
+        throw_if_failed();
+        auto& queue = unexpected_[static_cast<std::size_t>(peer)];
+        for (auto it = queue.begin(); it != queue.end(); ++it) {
+            if (it->tag == tag) {
+                deliver(*op, it->bytes);
+                queue.erase(it);
+                return op;
+            }
+            if (tags_conflict(tag, it->tag)) {
+                fail(*op, errc::tag_mismatch, mismatch_message(tag, peer, it->tag));
+                return op;
+            }
+        }
+        op->posted = true;
+        posted_[static_cast<std::size_t>(peer)].push_back(op);
+        return op;
+    }
+
+    void wait(std::shared_ptr<tcp_op> const& op) {
+        std::unique_lock lock(mutex_);
+        auto const deadline = std::chrono::steady_clock::now() + cfg_.timeout;
+        bool const finished = cv_.wait_until(lock, deadline, [&] { return op->done || failed_; });
+        if (op->done) {
+            if (op->error == errc{}) return;
+            std::string const what = op->message;
+            errc const e = op->error;
+            lock.unlock();
+            abort(what);
+            throw transport_error(e, op->peer, what);
+        }
+        unpost(*op);
+        if (finished) {  // the group failed while we waited
+            settle(lock, op);
+            throw_if_failed();
+        }
+        std::string const what = "rank " + std::to_string(cfg_.rank) + ": timed out after " +
+                                 std::to_string(cfg_.timeout.count()) + " ms waiting for rank " +
+                                 std::to_string(op->peer) + " (" + (op->is_send ? "send of " : "receive of ") +
+                                 describe_tag(op->tag) + ")";
+        fail_group(cfg_.rank, what);
+        settle(lock, op);
+        throw timeout_error(op->peer, what);
+    }
+
+    bool test(std::shared_ptr<tcp_op> const& op) {
+        {
+            std::lock_guard lock(mutex_);
+            if (!op->done && !failed_) return false;
+        }
+        wait(op);  // done or failed: returns or throws at once
+        return true;
+    }
+
+    /// A request destroyed before it completed.
+    void cancel(std::shared_ptr<tcp_op> const& op) noexcept {
+        std::unique_lock lock(mutex_);
+        if (op->done) return;
+        unpost(*op);
+        fail_group(cfg_.rank, "rank " + std::to_string(cfg_.rank) + " abandoned a pending " +
+                                  (op->is_send ? "send of " : "receive of ") + describe_tag(op->tag) +
+                                  (op->is_send ? " to rank " : " from rank ") + std::to_string(op->peer));
+        settle(lock, op);
+    }
+
+    void abort(std::string const& reason) noexcept {
+        std::lock_guard lock(mutex_);
+        fail_group(cfg_.rank, reason);
+    }
+
+private:
+    // ---- matching (mutex_ held) -----------------------------------------------------------
+
+    void check_peer(rank_t peer) const {
+        if (peer < 0 || peer >= cfg_.size)
+            throw invalid_argument("rank " + std::to_string(cfg_.rank) + ": peer " + std::to_string(peer) +
+                                   " is out of range for a group of " + std::to_string(cfg_.size) + " ranks");
+    }
+
+    static void fail(tcp_op& op, errc e, std::string message) {
+        op.error = e;
+        op.message = std::move(message);
+        op.done = true;
+    }
+
+    void deliver(tcp_op& op, std::span<std::byte const> bytes) {
+        if (bytes.size() != op.in.size()) {
+            fail(op, errc::size_mismatch,
+                 "rank " + std::to_string(cfg_.rank) + ": message of " + std::to_string(bytes.size()) +
+                     " bytes from rank " + std::to_string(op.peer) + " (" + describe_tag(op.tag) +
+                     ") does not match the " + std::to_string(op.in.size()) + "-byte receive posted for it");
+            return;
+        }
+        if (!bytes.empty()) std::memcpy(op.in.data(), bytes.data(), bytes.size());
+        op.done = true;
+    }
+
+    std::string mismatch_message(tag_t posted, rank_t src, tag_t arrived) const {
+        return "rank " + std::to_string(cfg_.rank) + " is in " + describe_tag(posted) + " but rank " +
+               std::to_string(src) + " sent " + describe_tag(arrived) + ": the ranks called different collectives";
+    }
+
+    // A whole message from src: into the first matching posted receive, else queued.
+    void deliver_or_queue(rank_t src, tag_t tag, std::vector<std::byte> bytes) {
+        auto& list = posted_[static_cast<std::size_t>(src)];
+        for (auto it = list.begin(); it != list.end(); ++it) {
+            tcp_op& r = **it;
+            if (r.tag == tag) {
+                deliver(r, bytes);  // a size mismatch discards the message, as in loopback
+                r.posted = false;
+                list.erase(it);
+                cv_.notify_all();
+                return;
+            }
+            if (tags_conflict(r.tag, tag)) {
+                fail(r, errc::tag_mismatch, mismatch_message(r.tag, src, tag));
+                r.posted = false;
+                list.erase(it);
+                cv_.notify_all();
+                break;  // keep the message
+            }
+        }
+        unexpected_[static_cast<std::size_t>(src)].push_back({tag, std::move(bytes)});
+    }
+
+    void unpost(tcp_op& op) {
+        if (!op.posted) return;
+        posted_[static_cast<std::size_t>(op.peer)].remove_if([&](auto const& p) { return p.get() == &op; });
+        op.posted = false;
+    }
+
+    // Waits until the io thread no longer owns op's buffer. It gives up the buffer when the
+    // write or read finishes; if that takes too long, the connection is closed (the group has
+    // failed by then anyway), which makes the pending operation complete with an error.
+    void settle(std::unique_lock<std::mutex>& lock, std::shared_ptr<tcp_op> const& op) noexcept {
+        if (!op->io_owned) return;
+        if (cv_.wait_for(lock, cfg_.timeout, [&] { return !op->io_owned; })) return;
+        rank_t const peer = op->peer;
+        asio::post(io_, [this, peer] {
+            std::lock_guard l(mutex_);
+            tcp_peer& p = *peers_[static_cast<std::size_t>(peer)];
+            p.finished = true;
+            asio::error_code ec;
+            p.sock.close(ec);
+        });
+        cv_.wait(lock, [&] { return !op->io_owned; });
+    }
+
+    void throw_if_failed() const {
+        if (!failed_) return;
+        if (failed_rank_ == cfg_.rank)
+            throw transport_error(errc::aborted, cfg_.rank,
+                                  "rank " + std::to_string(cfg_.rank) + " aborted earlier: " + failure_);
+        throw transport_error(errc::peer_failed, failed_rank_,
+                              "rank " + std::to_string(cfg_.rank) + ": the group failed at rank " +
+                                  std::to_string(failed_rank_) + ": " + failure_);
+    }
+
+    // Marks the group failed on behalf of `who` (first reason kept). Queued sends that did not
+    // start are dropped; when this rank is the one failing, every peer gets an abort frame.
+    void fail_group(rank_t who, std::string const& reason) noexcept {
+        if (failed_) return;
+        try {
+            failed_ = true;
+            failed_rank_ = who;
+            failure_ = reason;
+            for (auto& list : posted_) {
+                for (auto& op : list) op->posted = false;
+                list.clear();
+            }
+            for (auto& p : peers_) {
+                if (!p) continue;
+                // Keep the frame in flight (its handler finishes it). pop_back only: erasing in
+                // the middle of a deque would move the in-flight frame's header buffer.
+                std::size_t const keep = p->writing && !p->out.empty() ? 1 : 0;
+                while (p->out.size() > keep) {
+                    if (p->out.back().op) p->out.back().op->io_owned = false;
+                    p->out.pop_back();
+                }
+                if (who == cfg_.rank && !p->finished) {
+                    tcp_frame f;
+                    tcp_wire::put64(f.header.data(), tcp_wire::frame_abort);
+                    tcp_wire::put64(f.header.data() + 8, 0);
+                    tcp_wire::put64(f.header.data() + 16, reason.size());
+                    f.control = reason;
+                    p->out.push_back(std::move(f));
+                }
+            }
+            if (who == cfg_.rank) post_writes();
+        } catch (...) {
+            // Out of memory while failing: the failed flag is set, peers will time out.
+        }
+        cv_.notify_all();
+    }
+
+    void post_writes() {
+        asio::post(io_, [this] {
+            std::lock_guard l(mutex_);
+            for (auto& p : peers_)
+                if (p) start_write(*p);
+        });
+    }
+
+    // ---- io thread (mutex_ held where noted) ---------------------------------------------
+
+    void start_write(tcp_peer& p) {  // mutex_ held
+        if (p.writing || p.out.empty() || p.finished || shut_) return;
+        p.writing = true;
+        tcp_frame& f = p.out.front();
+        std::array<asio::const_buffer, 2> bufs{
+            asio::buffer(f.header),
+            f.op ? asio::const_buffer(f.op->out.data(), f.op->out.size()) : asio::buffer(f.control)};
+        asio::async_write(p.sock, bufs, [this, &p](asio::error_code ec, std::size_t) {
+            std::lock_guard l(mutex_);
+            p.writing = false;
+            if (!p.out.empty()) {
+                tcp_frame& front = p.out.front();
+                if (front.op) {
+                    front.op->io_owned = false;
+                    if (!ec) front.op->done = true;
+                }
+                p.out.pop_front();
+            }
+            cv_.notify_all();
+            if (ec) return connection_error(p, ec);
+            start_write(p);
+        });
+    }
+
+    void connection_error(tcp_peer& p, asio::error_code ec) {  // mutex_ held
+        bool const expected = p.goodbye_in || shut_ || p.finished;
+        p.finished = true;
+        // The frames still queued will never go out.
+        for (auto& f : p.out)
+            if (f.op && !(p.writing && &f == &p.out.front())) f.op->io_owned = false;
+        cv_.notify_all();
+        if (expected) return;
+        fail_group(p.rank, "connection to rank " + std::to_string(p.rank) + " lost: " + ec.message());
+    }
+
+    void start_read(tcp_peer& p) {
+        asio::async_read(p.sock, asio::buffer(p.in_header), [this, &p](asio::error_code ec, std::size_t) {
+            std::lock_guard l(mutex_);
+            if (ec) return connection_error(p, ec);
+            std::uint64_t const type = tcp_wire::get64(p.in_header.data());
+            tag_t const tag = tcp_wire::get64(p.in_header.data() + 8);
+            std::uint64_t const size = tcp_wire::get64(p.in_header.data() + 16);
+            if (type == tcp_wire::frame_goodbye) {
+                p.goodbye_in = true;
+                cv_.notify_all();
+                return start_read(p);  // EOF follows
+            }
+            if (type != tcp_wire::frame_data && type != tcp_wire::frame_abort)
+                return connection_error(p, asio::error::invalid_argument);
+            if (type == tcp_wire::frame_data && !failed_) {
+                // A posted receive that takes this message as it is: read straight into it.
+                auto& list = posted_[static_cast<std::size_t>(p.rank)];
+                for (auto it = list.begin(); it != list.end(); ++it) {
+                    tcp_op& r = **it;
+                    if (r.tag != tag && !tags_conflict(r.tag, tag)) continue;
+                    if (r.tag == tag && r.in.size() == size) {
+                        p.in_op = *it;
+                        r.posted = false;
+                        r.io_owned = true;
+                        list.erase(it);
+                        return read_direct(p);
+                    }
+                    break;  // a mismatch: handled on the whole message, as loopback does
+                }
+            }
+            read_heap(p, type, tag, static_cast<std::size_t>(size));
+        });
+    }
+
+    void read_direct(tcp_peer& p) {  // mutex_ held
+        asio::async_read(p.sock, asio::buffer(p.in_op->in.data(), p.in_op->in.size()),
+                         [this, &p](asio::error_code ec, std::size_t) {
+                             std::lock_guard l(mutex_);
+                             auto op = std::move(p.in_op);
+                             op->io_owned = false;
+                             if (!ec) op->done = true;
+                             cv_.notify_all();
+                             if (ec) return connection_error(p, ec);
+                             start_read(p);
+                         });
+    }
+
+    void read_heap(tcp_peer& p, std::uint64_t type, tag_t tag, std::size_t size) {  // mutex_ held
+        try {
+            p.in_heap.assign(size, std::byte{});
+        } catch (...) {
+            return connection_error(p, asio::error::no_memory);
+        }
+        asio::async_read(p.sock, asio::buffer(p.in_heap.data(), size), [this, &p, type, tag](asio::error_code ec, std::size_t) {
+            std::lock_guard l(mutex_);
+            if (ec) return connection_error(p, ec);
+            std::vector<std::byte> bytes = std::move(p.in_heap);
+            p.in_heap = {};
+            if (type == tcp_wire::frame_abort) {
+                fail_group(p.rank, std::string(reinterpret_cast<char const*>(bytes.data()), bytes.size()));
+            } else if (!failed_) {
+                deliver_or_queue(p.rank, tag, std::move(bytes));
+            }
+            start_read(p);
+        });
+    }
+
+    // ---- shutdown ----------------------------------------------------------------------
+
+    void shutdown() noexcept {
+        if (!thread_.joinable()) return;
+        {
+            std::unique_lock lock(mutex_);
+            for (auto& p : peers_) {
+                if (!p || p->finished) continue;
+                tcp_frame f;
+                tcp_wire::put64(f.header.data(), tcp_wire::frame_goodbye);
+                p->out.push_back(std::move(f));
+            }
+            post_writes();
+            // Our goodbye must go out, and the peer's must arrive: closing a socket with unread
+            // data resets the connection, which could destroy what we sent last (an abort frame).
+            cv_.wait_for(lock, cfg_.timeout, [&] {
+                for (auto& p : peers_)
+                    if (p && !p->finished && (p->writing || !p->out.empty() || !p->goodbye_in)) return false;
+                return true;
+            });
+            shut_ = true;
+        }
+        asio::post(io_, [this] {
+            std::lock_guard l(mutex_);
+            for (auto& p : peers_) {
+                if (!p) continue;
+                asio::error_code ec;
+                p->sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+                p->sock.close(ec);
+            }
+        });
+        work_.reset();
+        thread_.join();
+    }
+
+    // ---- rendezvous (constructor thread, before the io thread exists) --------------------
+
+    struct joiner {
+        explicit joiner(asio::io_context& io) : sock(io) {}
+        asio::ip::tcp::socket sock;
+        std::array<unsigned char, 48> head{};
+        std::vector<unsigned char> rest;
+        std::uint64_t rank = 0, port = 0, token_len = 0;
+        std::string addr;
+    };
+    struct mesh_in {
+        explicit mesh_in(asio::io_context& io) : sock(io) {}
+        asio::ip::tcp::socket sock;
+        std::array<unsigned char, 24> head{};
+        std::vector<unsigned char> token;
+        std::uint64_t rank = 0;
+    };
+
+    void rendezvous() {
+        using asio::ip::tcp;
+        rank_t const me = cfg_.rank, p = cfg_.size;
+        auto const n = static_cast<std::size_t>(p);
+        auto const deadline = std::chrono::steady_clock::now() + cfg_.timeout;
+        std::string where = cfg_.master_addr + ":" + std::to_string(cfg_.master_port);
+
+        asio::error_code ec;
+        asio::ip::address master_ip = asio::ip::make_address(cfg_.master_addr, ec);
+        if (ec) {
+            tcp::resolver resolver(io_);
+            auto results = resolver.resolve(cfg_.master_addr, std::to_string(cfg_.master_port), ec);
+            if (ec || results.empty())
+                throw transport_error(errc::connection_failed, 0,
+                                      "rank " + std::to_string(me) + ": cannot resolve master address " + cfg_.master_addr +
+                                          ": " + ec.message());
+            master_ip = results.begin()->endpoint().address();
+        }
+        tcp const family = master_ip.is_v6() ? tcp::v6() : tcp::v4();
+
+        bool finished = false;
+        std::string fatal;
+        std::list<asio::steady_timer> timers;
+
+        // Own listener, accepting handshakes from higher ranks from the start.
+        tcp::acceptor listener(io_, tcp::endpoint(family, 0));
+        std::uint16_t const my_port = listener.local_endpoint().port();
+        std::size_t accepted = 0;
+        std::list<std::shared_ptr<mesh_in>> mesh_pending;
+        std::function<void()> accept_mesh = [&] {
+            auto m = std::make_shared<mesh_in>(io_);
+            mesh_pending.push_back(m);
+            listener.async_accept(m->sock, [&, m](asio::error_code e) {
+                if (finished || e) return;
+                accept_mesh();
+                asio::async_read(m->sock, asio::buffer(m->head), [&, m](asio::error_code e2, std::size_t) {
+                    if (finished) return;
+                    asio::error_code ignore;
+                    std::uint64_t const len = tcp_wire::get64(m->head.data() + 16);
+                    m->rank = tcp_wire::get64(m->head.data() + 8);
+                    if (e2 || tcp_wire::get64(m->head.data()) != tcp_wire::mesh_magic || len != cfg_.job_token.size() ||
+                        m->rank <= static_cast<std::uint64_t>(me) || m->rank >= n || peers_[m->rank]) {
+                        m->sock.close(ignore);
+                        return;
+                    }
+                    m->token.resize(len);
+                    asio::async_read(m->sock, asio::buffer(m->token), [&, m](asio::error_code e3, std::size_t) {
+                        if (finished) return;
+                        asio::error_code ignore2;
+                        if (e3 || std::string(m->token.begin(), m->token.end()) != cfg_.job_token || peers_[m->rank]) {
+                            m->sock.close(ignore2);
+                            return;
+                        }
+                        auto peer = std::make_unique<tcp_peer>(io_);
+                        peer->rank = static_cast<rank_t>(m->rank);
+                        peer->sock = std::move(m->sock);
+                        tune_socket(peer->sock);
+                        peers_[m->rank] = std::move(peer);
+                        ++accepted;
+                    });
+                });
+            });
+        };
+        accept_mesh();
+
+        // Rank 0: the master, collecting every rank's hello.
+        std::optional<tcp::acceptor> master;
+        std::vector<std::shared_ptr<joiner>> joined(n);
+        std::size_t joined_count = 0, tables_sent = 0;
+        std::vector<unsigned char> table;
+        std::list<std::shared_ptr<joiner>> master_pending;
+        std::function<void()> accept_hello;
+        auto send_tables = [&] {
+            table.clear();
+            std::vector<unsigned char> blob;
+            for (auto const& j : joined) {
+                tcp_wire::append64(blob, j->port);
+                tcp_wire::append64(blob, j->addr.size());
+                tcp_wire::append(blob, j->addr);
+            }
+            tcp_wire::append64(table, blob.size());
+            table.insert(table.end(), blob.begin(), blob.end());
+            for (auto const& j : joined)
+                asio::async_write(j->sock, asio::buffer(table), [&](asio::error_code e, std::size_t) {
+                    if (finished) return;
+                    if (e) fatal = "rank 0: could not send the rendezvous table: " + e.message();
+                    ++tables_sent;
+                });
+        };
+        if (me == 0) {
+            master.emplace(io_);
+            tcp::endpoint const ep(master_ip, cfg_.master_port);
+            master->open(ep.protocol());
+            master->set_option(tcp::acceptor::reuse_address(true));
+            master->bind(ep, ec);
+            if (ec)
+                throw transport_error(errc::connection_failed, 0, "rank 0: cannot listen on " + where + ": " + ec.message());
+            master->listen();
+            cfg_.master_port = master->local_endpoint().port();  // the system's pick for port 0
+            where = cfg_.master_addr + ":" + std::to_string(cfg_.master_port);
+            if (cfg_.on_master_listening) cfg_.on_master_listening(cfg_.master_port);
+            accept_hello = [&] {
+                auto j = std::make_shared<joiner>(io_);
+                master_pending.push_back(j);
+                master->async_accept(j->sock, [&, j](asio::error_code e) {
+                    if (finished || e) return;
+                    accept_hello();
+                    asio::async_read(j->sock, asio::buffer(j->head), [&, j](asio::error_code e2, std::size_t) {
+                        if (finished) return;
+                        asio::error_code ignore;
+                        unsigned char const* h = j->head.data();
+                        j->rank = tcp_wire::get64(h + 8);
+                        j->port = tcp_wire::get64(h + 24);
+                        j->token_len = tcp_wire::get64(h + 32);
+                        std::uint64_t const addr_len = tcp_wire::get64(h + 40);
+                        if (e2 || tcp_wire::get64(h) != tcp_wire::hello_magic || j->rank >= n ||
+                            tcp_wire::get64(h + 16) != n || j->token_len != cfg_.job_token.size() ||
+                            addr_len > tcp_wire::max_addr || j->port == 0 || j->port > 65535 || joined[j->rank]) {
+                            j->sock.close(ignore);
+                            return;
+                        }
+                        j->rest.resize(static_cast<std::size_t>(j->token_len + addr_len));
+                        asio::async_read(j->sock, asio::buffer(j->rest), [&, j](asio::error_code e3, std::size_t) {
+                            if (finished) return;
+                            asio::error_code ignore2;
+                            auto const tl = static_cast<std::ptrdiff_t>(j->token_len);
+                            if (e3 || std::string(j->rest.begin(), j->rest.begin() + tl) != cfg_.job_token ||
+                                joined[j->rank]) {
+                                j->sock.close(ignore2);
+                                return;
+                            }
+                            j->addr.assign(j->rest.begin() + tl, j->rest.end());
+                            joined[j->rank] = j;
+                            if (++joined_count == n) send_tables();
+                        });
+                    });
+                });
+            };
+            accept_hello();
+        }
+
+        // Every rank: hello to the master, with retry and back-off.
+        tcp::socket to_master(io_);
+        tcp::endpoint const master_ep(master_ip, cfg_.master_port);
+        std::vector<unsigned char> hello;
+        std::array<unsigned char, 8> table_len{};
+        std::vector<unsigned char> table_in;
+        bool have_table = false;
+        std::vector<tcp::endpoint> endpoints(n);
+        std::size_t connected = 0;
+        auto backoff = std::chrono::milliseconds(5);
+
+        std::function<void(rank_t, std::chrono::milliseconds)> connect_mesh = [&](rank_t q, std::chrono::milliseconds wait) {
+            auto peer = std::make_shared<tcp_peer>(io_);
+            peer->rank = q;
+            peer->sock.async_connect(endpoints[static_cast<std::size_t>(q)], [&, peer, q, wait](asio::error_code e) {
+                if (finished) return;
+                if (e) {
+                    auto& t = timers.emplace_back(io_, wait);
+                    t.async_wait([&, q, wait](asio::error_code te) {
+                        if (!finished && !te) connect_mesh(q, std::min(wait * 2, std::chrono::milliseconds(200)));
+                    });
+                    return;
+                }
+                tune_socket(peer->sock);
+                auto hs = std::make_shared<std::vector<unsigned char>>();
+                tcp_wire::append64(*hs, tcp_wire::mesh_magic);
+                tcp_wire::append64(*hs, static_cast<std::uint64_t>(me));
+                tcp_wire::append64(*hs, cfg_.job_token.size());
+                tcp_wire::append(*hs, cfg_.job_token);
+                asio::async_write(peer->sock, asio::buffer(*hs), [&, peer, hs, q](asio::error_code e2, std::size_t) {
+                    if (finished) return;
+                    if (e2) {
+                        fatal = "rank " + std::to_string(me) + ": handshake with rank " + std::to_string(q) +
+                                " failed: " + e2.message();
+                        return;
+                    }
+                    auto owned = std::make_unique<tcp_peer>(io_);
+                    owned->rank = q;
+                    owned->sock = std::move(peer->sock);
+                    peers_[static_cast<std::size_t>(q)] = std::move(owned);
+                    ++connected;
+                });
+            });
+        };
+
+        auto on_table = [&] {
+            std::size_t off = 0;
+            for (std::size_t q = 0; q < n; ++q) {
+                if (off + 16 > table_in.size()) return void(fatal = "rank " + std::to_string(me) + ": bad rendezvous table");
+                auto const port = tcp_wire::get64(table_in.data() + off);
+                auto const len = static_cast<std::size_t>(tcp_wire::get64(table_in.data() + off + 8));
+                off += 16;
+                if (off + len > table_in.size() || port > 65535)
+                    return void(fatal = "rank " + std::to_string(me) + ": bad rendezvous table");
+                std::string const addr(reinterpret_cast<char const*>(table_in.data() + off), len);
+                off += len;
+                asio::error_code e;
+                auto const ip = asio::ip::make_address(addr, e);
+                if (e) return void(fatal = "rank " + std::to_string(me) + ": bad address in rendezvous table: " + addr);
+                endpoints[q] = tcp::endpoint(ip, static_cast<std::uint16_t>(port));
+            }
+            have_table = true;
+            asio::error_code ignore;
+            to_master.close(ignore);
+            for (rank_t q = 0; q < me; ++q) connect_mesh(q, std::chrono::milliseconds(5));
+        };
+
+        std::function<void()> connect_master = [&] {
+            to_master.async_connect(master_ep, [&](asio::error_code e) {
+                if (finished) return;
+                if (e) {
+                    asio::error_code ignore;
+                    to_master.close(ignore);
+                    auto& t = timers.emplace_back(io_, backoff);
+                    backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
+                    t.async_wait([&](asio::error_code te) {
+                        if (!finished && !te) connect_master();
+                    });
+                    return;
+                }
+                asio::error_code le;
+                std::string const addr = to_master.local_endpoint(le).address().to_string();
+                hello.clear();
+                tcp_wire::append64(hello, tcp_wire::hello_magic);
+                tcp_wire::append64(hello, static_cast<std::uint64_t>(me));
+                tcp_wire::append64(hello, n);
+                tcp_wire::append64(hello, my_port);
+                tcp_wire::append64(hello, cfg_.job_token.size());
+                tcp_wire::append64(hello, addr.size());
+                tcp_wire::append(hello, cfg_.job_token);
+                tcp_wire::append(hello, addr);
+                asio::async_write(to_master, asio::buffer(hello), [&](asio::error_code e2, std::size_t) {
+                    if (finished) return;
+                    if (e2) return void(fatal = "rank " + std::to_string(me) + ": hello to the master failed: " + e2.message());
+                    asio::async_read(to_master, asio::buffer(table_len), [&](asio::error_code e3, std::size_t) {
+                        if (finished) return;
+                        auto const len = tcp_wire::get64(table_len.data());
+                        if (e3 || len > (std::uint64_t{1} << 24))
+                            return void(fatal = "rank " + std::to_string(me) + ": no rendezvous table from the master at " +
+                                                where + ": " + (e3 ? e3.message() : std::string("bad length")));
+                        table_in.resize(static_cast<std::size_t>(len));
+                        asio::async_read(to_master, asio::buffer(table_in), [&](asio::error_code e4, std::size_t) {
+                            if (finished) return;
+                            if (e4) return void(fatal = "rank " + std::to_string(me) + ": rendezvous table from the master at " +
+                                                        where + " cut short: " + e4.message());
+                            on_table();
+                        });
+                    });
+                });
+            });
+        };
+        connect_master();
+
+        auto const complete = [&] {
+            return have_table && connected == static_cast<std::size_t>(me) && accepted == n - 1 - static_cast<std::size_t>(me) &&
+                   (me != 0 || tables_sent == n);
+        };
+        while (!complete() && fatal.empty()) {
+            if (io_.run_one_until(deadline) == 0) break;
+        }
+        bool const ok = complete() && fatal.empty();
+
+        // Drain: every handler above sees `finished` and starts nothing new.
+        finished = true;
+        {
+            asio::error_code ignore;
+            listener.close(ignore);
+            if (master) master->close(ignore);
+            to_master.close(ignore);
+            for (auto& t : timers) t.cancel();
+            for (auto& m : mesh_pending) m->sock.close(ignore);
+            for (auto& j : master_pending) j->sock.close(ignore);
+            if (!ok)
+                for (auto& peer : peers_)
+                    if (peer) peer->sock.close(ignore);
+        }
+        io_.restart();
+        io_.run();
+        if (ok) return;
+        for (auto& peer : peers_) peer.reset();
+        if (!fatal.empty()) throw transport_error(errc::connection_failed, -1, fatal);
+
+        std::string const after = " after " + std::to_string(cfg_.timeout.count()) + " ms";
+        if (me == 0 && joined_count < n) {
+            std::string missing;
+            rank_t first = -1;
+            for (std::size_t q = 0; q < n; ++q)
+                if (!joined[q]) {
+                    if (first < 0) first = static_cast<rank_t>(q);
+                    missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+                }
+            throw timeout_error(first, "rank 0: rendezvous on " + where + " timed out" + after +
+                                           "; ranks that never joined: " + missing);
+        }
+        if (!have_table)
+            throw timeout_error(0, "rank " + std::to_string(me) + ": rendezvous timed out" + after +
+                                       " waiting for the table from the master (rank 0) at " + where);
+        std::string missing;
+        rank_t first = -1;
+        for (std::size_t q = 0; q < n; ++q)
+            if (q != static_cast<std::size_t>(me) && !peers_[q]) {
+                if (first < 0) first = static_cast<rank_t>(q);
+                missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+            }
+        if (first < 0) first = 0;
+        throw timeout_error(first, "rank " + std::to_string(me) + ": connecting the mesh timed out" + after +
+                                       "; no connection with ranks: " + missing);
+    }
+
+    tcp_config cfg_;
+    // io_ first: sockets (in peers_) must be destroyed before their io_context.
+    asio::io_context io_;
+    // Keeps io_.run() going in the io thread; absent during the rendezvous, whose drain
+    // relies on run() returning when no work is left.
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+    std::vector<std::unique_ptr<tcp_peer>> peers_;  // null for self
+    std::atomic<std::uint64_t> sequence_{0};
+
+    std::mutex mutex_;
+    std::condition_variable cv_;
+    std::vector<std::list<std::shared_ptr<tcp_op>>> posted_;  // per sender, in posting order
+    std::vector<std::deque<tcp_unexpected>> unexpected_;      // per sender, in arrival order
+    bool failed_ = false;
+    bool shut_ = false;
+    rank_t failed_rank_ = -1;
+    std::string failure_;
+    std::thread thread_;  // last: started once everything above exists
+};
+
+inline std::string env_or(char const* name, char const* fallback1, char const* fallback2) {
+    for (char const* n : {name, fallback1, fallback2})
+        if (n)
+            if (char const* v = std::getenv(n)) return v;
+    return {};
+}
+
+inline long long parse_env_number(std::string const& value, char const* what) {
+    try {
+        std::size_t used = 0;
+        long long const v = std::stoll(value, &used);
+        if (used != value.size()) throw std::invalid_argument(what);
+        return v;
+    } catch (std::exception const&) {
+        throw invalid_argument(std::string("tcp_transport::from_env: ") + what + " is not a number: '" + value + "'");
+    }
+}
+
+} // namespace detail
+
+/// One rank of a TCP group. Move-only; one thread drives it (as with any transport).
+class tcp_transport {
+public:
+    using memory_space = host_memory;
+
+    class request {
+    public:
+        request() = default;
+        request(request&& other) noexcept { swap(other); }
+        request& operator=(request&& other) noexcept {
+            request(std::move(other)).swap(*this);
+            return *this;
+        }
+        ~request() {
+            if (op_) state_->cancel(op_);
+        }
+        /// Blocks until complete (at most the timeout); throws timeout_error or transport_error.
+        void wait() {
+            if (!op_) return;
+            state_->wait(op_);
+            op_.reset();
+        }
+        /// Whether the operation completed; throws if it failed.
+        bool test() {
+            if (!op_) return true;
+            if (!state_->test(op_)) return false;
+            op_.reset();
+            return true;
+        }
+
+    private:
+        friend class tcp_transport;
+        request(detail::tcp_state* state, std::shared_ptr<detail::tcp_op> op) : state_(state), op_(std::move(op)) {}
+        void swap(request& other) noexcept {
+            std::swap(state_, other.state_);
+            std::swap(op_, other.op_);
+        }
+        detail::tcp_state* state_ = nullptr;
+        std::shared_ptr<detail::tcp_op> op_;  // null when complete (or a send to self)
+    };
+
+    /// Rendezvous and mesh set-up; blocks until every rank joined or the timeout passed.
+    explicit tcp_transport(tcp_config config) : state_(std::make_unique<detail::tcp_state>(std::move(config))) {}
+
+    /// Reads RANK, WORLD_SIZE (or SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/
+    /// OMPI_COMM_WORLD_SIZE), MASTER_ADDR (default 127.0.0.1), MASTER_PORT, CHORUS_JOB_TOKEN,
+    /// CHORUS_TIMEOUT_MS.
+    static tcp_transport from_env() {
+        tcp_config c;
+        std::string const rank = detail::env_or("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK");
+        std::string const size = detail::env_or("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE");
+        std::string const port = detail::env_or("MASTER_PORT", nullptr, nullptr);
+        std::string missing;
+        if (rank.empty()) missing += " RANK (or SLURM_PROCID, OMPI_COMM_WORLD_RANK)";
+        if (size.empty()) missing += " WORLD_SIZE (or SLURM_NTASKS, OMPI_COMM_WORLD_SIZE)";
+        if (port.empty()) missing += " MASTER_PORT";
+        if (!missing.empty()) throw invalid_argument("tcp_transport::from_env: missing environment variables:" + missing);
+        c.rank = static_cast<rank_t>(detail::parse_env_number(rank, "RANK"));
+        c.size = static_cast<rank_t>(detail::parse_env_number(size, "WORLD_SIZE"));
+        long long const p = detail::parse_env_number(port, "MASTER_PORT");
+        if (p < 1 || p > 65535) throw invalid_argument("tcp_transport::from_env: MASTER_PORT out of range: " + port);
+        c.master_port = static_cast<std::uint16_t>(p);
+        if (std::string a = detail::env_or("MASTER_ADDR", nullptr, nullptr); !a.empty()) c.master_addr = a;
+        c.job_token = detail::env_or("CHORUS_JOB_TOKEN", nullptr, nullptr);
+        if (std::string t = detail::env_or("CHORUS_TIMEOUT_MS", nullptr, nullptr); !t.empty())
+            c.timeout = std::chrono::milliseconds(detail::parse_env_number(t, "CHORUS_TIMEOUT_MS"));
+        return tcp_transport(std::move(c));
+    }
+
+    rank_t rank() const noexcept { return state_->rank(); }
+    rank_t size() const noexcept { return state_->size(); }
+    std::chrono::milliseconds timeout() const noexcept { return state_->timeout(); }
+
+    request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
+        return {state_.get(), state_->isend(peer, tag, bytes)};
+    }
+    request irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
+        return {state_.get(), state_->irecv(peer, tag, bytes)};
+    }
+    std::uint64_t next_sequence() noexcept { return state_->next_sequence(); }
+    void abort(char const* reason) noexcept {
+        try {
+            state_->abort(reason ? reason : "aborted");
+        } catch (...) {
+        }
+    }
+
+private:
+    std::unique_ptr<detail::tcp_state> state_;
+};
+
+} // namespace chorus

@@ -1,0 +1,399 @@
+// SPDX-License-Identifier: MIT
+// tcp_transport: the transport conformance suite, every collective front door over real
+// sockets (ranks as threads of this process, on 127.0.0.1 or ::1), the rendezvous's
+// robustness against stray connections, its timeout naming a missing rank, and from_env.
+
+#include <doctest/doctest.h>
+
+#include <chorus/chorus.hpp>
+#include <chorus/transport/tcp.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/conformance.hpp"
+
+using chorus::rank_t;
+using namespace std::chrono_literals;
+
+static_assert(chorus::transport<chorus::tcp_transport>);
+static_assert(chorus::host_transport<chorus::tcp_transport>);
+static_assert(chorus::request<chorus::tcp_transport::request>);
+static_assert(!std::is_copy_constructible_v<chorus::tcp_transport::request>);
+
+namespace {
+
+/// Runs fn(transport) on p ranks, threads of this process. Rank 0 binds master port 0 and
+/// hands the port it got to the others through a promise: no fixed ports, safe in parallel.
+/// `on_port` (optional) runs in rank 0's thread once the master listens, before any other
+/// rank starts. A throwing rank aborts the group; the first exception is rethrown.
+struct tcp_runner {
+    template <class Fn>
+    static void run(rank_t p, Fn&& fn, std::chrono::milliseconds timeout, std::string const& addr = "127.0.0.1",
+                    std::function<void(std::uint16_t)> on_port = {}, rank_t started = -1) {
+        if (started < 0) started = p;
+        std::promise<std::uint16_t> port_promise;
+        std::shared_future<std::uint16_t> port = port_promise.get_future().share();
+        bool port_set = false;  // rank 0's thread only
+        std::mutex mutex;
+        std::exception_ptr first;
+        std::vector<std::thread> threads;
+        for (rank_t r = 0; r < started; ++r) {
+            threads.emplace_back([&, r] {
+                std::optional<chorus::tcp_transport> tp;
+                try {
+                    chorus::tcp_config c;
+                    c.rank = r;
+                    c.size = p;
+                    c.master_addr = addr;
+                    c.timeout = timeout;
+                    c.job_token = "chorus-test-token";
+                    if (r == 0) {
+                        c.on_master_listening = [&](std::uint16_t bound) {
+                            if (on_port) on_port(bound);
+                            port_set = true;
+                            port_promise.set_value(bound);
+                        };
+                    } else {
+                        if (port.wait_for(timeout + 10s) != std::future_status::ready)
+                            throw std::runtime_error("rank 0 never listened");
+                        c.master_port = port.get();
+                    }
+                    tp.emplace(std::move(c));
+                    fn(*tp);
+                } catch (std::exception const& e) {
+                    {
+                        std::lock_guard lock(mutex);
+                        if (!first) first = std::current_exception();
+                    }
+                    if (r == 0 && !port_set) port_promise.set_exception(std::current_exception());
+                    if (tp) tp->abort(e.what());
+                }
+            });
+        }
+        for (auto& t : threads) t.join();
+        if (first) std::rethrow_exception(first);
+    }
+};
+
+bool ipv6_loopback_available() {
+    asio::io_context io;
+    asio::ip::tcp::acceptor a(io);
+    asio::error_code ec;
+    a.open(asio::ip::tcp::v6(), ec);
+    if (!ec) a.bind(asio::ip::tcp::endpoint(asio::ip::make_address("::1"), 0), ec);
+    return !ec;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE_INVOKE(transport_conformance, tcp_runner);
+
+TEST_CASE("tcp: every collective front door at 2, 3 and 4 ranks") {
+    for (rank_t p : {2, 3, 4}) {
+        CAPTURE(p);
+        std::mutex mutex;
+        std::vector<std::string> failures;
+        tcp_runner::run(p, [&](chorus::tcp_transport& tp) {
+            rank_t const me = tp.rank();
+            auto const P = static_cast<std::size_t>(p);
+            auto const M = static_cast<std::size_t>(me);
+            auto check = [&](bool ok, std::string const& what) {
+                if (ok) return;
+                std::lock_guard lock(mutex);
+                failures.push_back("rank " + std::to_string(me) + ": " + what);
+            };
+            chorus::barrier(tp);
+            for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{70000}}) {
+                std::string const at = " n=" + std::to_string(n);
+                auto const N = static_cast<std::int64_t>(n);
+                (void)N;
+                // allreduce: sum over ranks of (rank + i) = p*i + p(p-1)/2
+                auto const expected_sum = [&](std::size_t i) {
+                    return static_cast<std::int64_t>(P * i + P * (P - 1) / 2);
+                };
+                {
+                    std::vector<std::int64_t> v(n);
+                    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int64_t>(M + i);
+                    chorus::allreduce(tp, v);
+                    bool ok = true;
+                    for (std::size_t i = 0; i < n; ++i) ok = ok && v[i] == expected_sum(i);
+                    check(ok, "allreduce" + at);
+                }
+                {
+                    std::vector<float> v(n, 1.0f);
+                    chorus::allreduce<chorus::ring>(tp, v);
+                    bool ok = true;
+                    for (float x : v) ok = ok && x == static_cast<float>(p);
+                    check(ok, "allreduce<ring>" + at);
+                    chorus::allreduce<chorus::tree>(tp, v, chorus::maximum{});
+                    chorus::allreduce<chorus::recursive_doubling>(tp, v);
+                    chorus::allreduce<chorus::rabenseifner>(tp, v);
+                    ok = true;
+                    for (float x : v) ok = ok && x == static_cast<float>(p * p * p);
+                    check(ok, "allreduce<tree/rd/rabenseifner>" + at);
+                }
+                // broadcast from the last rank
+                {
+                    rank_t const root = p - 1;
+                    std::vector<std::int32_t> v(n, -1);
+                    if (me == root)
+                        for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int32_t>(3 * i + 5);
+                    chorus::broadcast(tp, v, root);
+                    bool ok = true;
+                    for (std::size_t i = 0; i < n; ++i) ok = ok && v[i] == static_cast<std::int32_t>(3 * i + 5);
+                    check(ok, "broadcast" + at);
+                }
+                // scatter from rank 0: block r holds r*1000 + i
+                {
+                    std::vector<std::int32_t> send(P * n), recv(n);
+                    for (std::size_t r = 0; r < P; ++r)
+                        for (std::size_t i = 0; i < n; ++i) send[r * n + i] = static_cast<std::int32_t>(r * 1000 + i);
+                    chorus::scatter(tp, send, recv, 0);
+                    bool ok = true;
+                    for (std::size_t i = 0; i < n; ++i) ok = ok && recv[i] == static_cast<std::int32_t>(M * 1000 + i);
+                    check(ok, "scatter" + at);
+                }
+                // gather to rank 1, allgather
+                {
+                    std::vector<std::int32_t> send(n), recv(P * n, -1);
+                    for (std::size_t i = 0; i < n; ++i) send[i] = static_cast<std::int32_t>(M * 1000 + i % 1000);
+                    chorus::gather(tp, send, recv, 1);
+                    bool ok = true;
+                    if (me == 1)
+                        for (std::size_t r = 0; r < P; ++r)
+                            for (std::size_t i = 0; i < n; ++i)
+                                ok = ok && recv[r * n + i] == static_cast<std::int32_t>(r * 1000 + i % 1000);
+                    check(ok, "gather" + at);
+                    std::vector<std::int32_t> all(P * n, -1);
+                    chorus::allgather(tp, send, all);
+                    ok = true;
+                    for (std::size_t r = 0; r < P; ++r)
+                        for (std::size_t i = 0; i < n; ++i)
+                            ok = ok && all[r * n + i] == static_cast<std::int32_t>(r * 1000 + i % 1000);
+                    check(ok, "allgather" + at);
+                }
+                // reduce to rank 0, reduce_scatter
+                {
+                    std::vector<std::int64_t> send(n), recv(n, -1);
+                    for (std::size_t i = 0; i < n; ++i) send[i] = static_cast<std::int64_t>(M + i);
+                    chorus::reduce(tp, send, recv, chorus::sum{}, 0);
+                    bool ok = true;
+                    if (me == 0)
+                        for (std::size_t i = 0; i < n; ++i) ok = ok && recv[i] == expected_sum(i);
+                    check(ok, "reduce" + at);
+                    std::vector<std::int64_t> big(P * n), mine(n);
+                    for (std::size_t i = 0; i < P * n; ++i) big[i] = static_cast<std::int64_t>(M + i);
+                    chorus::reduce_scatter(tp, big, mine);
+                    ok = true;
+                    for (std::size_t i = 0; i < n; ++i) ok = ok && mine[i] == expected_sum(M * n + i);
+                    check(ok, "reduce_scatter" + at);
+                }
+                // alltoall: block j of rank i is i*100 + j
+                {
+                    std::vector<std::int32_t> send(P * n), recv(P * n, -1);
+                    for (std::size_t j = 0; j < P; ++j)
+                        for (std::size_t i = 0; i < n; ++i) send[j * n + i] = static_cast<std::int32_t>(M * 100 + j);
+                    chorus::alltoall(tp, send, recv);
+                    bool ok = true;
+                    for (std::size_t j = 0; j < P; ++j)
+                        for (std::size_t i = 0; i < n; ++i) ok = ok && recv[j * n + i] == static_cast<std::int32_t>(j * 100 + M);
+                    check(ok, "alltoall" + at);
+                }
+            }
+            // alltoallv with the seed's splits (rank + j) % 3 + 1 (symmetric: i->j equals j->i)
+            {
+                std::vector<int> splits(static_cast<std::size_t>(p));
+                int total = 0;
+                for (rank_t j = 0; j < p; ++j) total += splits[static_cast<std::size_t>(j)] = (me + j) % 3 + 1;
+                std::vector<float> send, recv(static_cast<std::size_t>(total), -1.0f);
+                for (rank_t j = 0; j < p; ++j)
+                    for (int k = 0; k < splits[static_cast<std::size_t>(j)]; ++k) send.push_back(static_cast<float>(me * 10 + j));
+                chorus::alltoallv(tp, send, splits, recv, splits);
+                std::vector<float> expected;
+                for (rank_t i = 0; i < p; ++i)
+                    for (int k = 0; k < splits[static_cast<std::size_t>(i)]; ++k) expected.push_back(static_cast<float>(i * 10 + me));
+                check(recv == expected, "alltoallv");
+            }
+            chorus::barrier(tp);
+        }, 20s);
+        std::string all;
+        for (auto const& f : failures) all += f + "\n";
+        CHECK_MESSAGE(failures.empty(), all);
+    }
+}
+
+TEST_CASE("tcp: IPv6 loopback (::1)") {
+    if (!ipv6_loopback_available()) {
+        MESSAGE("::1 is not available here; skipped");
+        return;
+    }
+    std::atomic<int> good{0};
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+        std::vector<std::int64_t> v(1000);
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<std::int64_t>(static_cast<std::size_t>(tp.rank()) + i);
+        chorus::allreduce(tp, v);
+        bool ok = true;
+        for (std::size_t i = 0; i < v.size(); ++i) ok = ok && v[i] == static_cast<std::int64_t>(3 * i + 3);
+        if (ok) ++good;
+    }, 10s, "::1");
+    CHECK(good.load() == 3);
+}
+
+TEST_CASE("tcp: stray connections to the master (garbage, wrong token, silent) are ignored") {
+    asio::io_context io;
+    std::vector<asio::ip::tcp::socket> strays;
+    auto inject = [&](std::uint16_t port) {
+        asio::ip::tcp::endpoint const ep(asio::ip::make_address("127.0.0.1"), port);
+        auto connect = [&]() -> asio::ip::tcp::socket& {
+            strays.emplace_back(io);
+            strays.back().connect(ep);
+            return strays.back();
+        };
+        std::vector<unsigned char> garbage(200, 0xab);
+        asio::write(connect(), asio::buffer(garbage));
+        // A well-formed hello for rank 1, but from another job.
+        std::vector<unsigned char> hello;
+        namespace w = chorus::detail::tcp_wire;
+        std::string const token = "another-job", addr = "127.0.0.1";
+        w::append64(hello, w::hello_magic);
+        w::append64(hello, 1);
+        w::append64(hello, 3);
+        w::append64(hello, 1234);
+        w::append64(hello, token.size());
+        w::append64(hello, addr.size());
+        w::append(hello, token);
+        w::append(hello, addr);
+        asio::write(connect(), asio::buffer(hello));
+        // Huge lengths must not make the master allocate or wait for them.
+        std::vector<unsigned char> huge;
+        w::append64(huge, w::hello_magic);
+        w::append64(huge, 2);
+        w::append64(huge, 3);
+        w::append64(huge, 1234);
+        w::append64(huge, std::uint64_t{1} << 40);
+        w::append64(huge, std::uint64_t{1} << 40);
+        asio::write(connect(), asio::buffer(huge));
+        connect();  // connects and says nothing, held open for the whole job
+    };
+    std::atomic<int> good{0};
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+        std::vector<int> v(10, 1);
+        chorus::allreduce(tp, v);
+        if (v == std::vector<int>(10, 3)) ++good;
+    }, 10s, "127.0.0.1", inject);
+    CHECK(good.load() == 3);
+    CHECK(strays.size() == 4);
+}
+
+TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming it") {
+    std::mutex mutex;
+    std::vector<conformance::outcome> seen(2);
+    auto const start = std::chrono::steady_clock::now();
+    std::promise<std::uint16_t> port_promise;
+    auto port = port_promise.get_future().share();
+    std::vector<std::thread> threads;
+    for (rank_t r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+            try {
+                chorus::tcp_config c;
+                c.rank = r;
+                c.size = 3;
+                c.timeout = 500ms;
+                c.job_token = "t";
+                if (r == 0) c.on_master_listening = [&](std::uint16_t p) { port_promise.set_value(p); };
+                else c.master_port = port.get();
+                chorus::tcp_transport tp(std::move(c));
+            } catch (chorus::transport_error const& e) {
+                std::lock_guard lock(mutex);
+                seen[static_cast<std::size_t>(r)] = {true, e.code(), e.peer(), e.what()};
+            }
+        });
+    for (auto& t : threads) t.join();
+    CHECK(std::chrono::steady_clock::now() - start < 5s);
+    CHECK(seen[0].threw);
+    CHECK(seen[0].code == chorus::errc::timeout);
+    CHECK(seen[0].peer == 2);
+    CHECK(seen[0].what.find("never joined: 2") != std::string::npos);
+    // Rank 1 either times out waiting for the table itself, or sees rank 0 give up first
+    // (its master connection closes): both within the timeout, both an error.
+    CHECK(seen[1].threw);
+    CHECK((seen[1].code == chorus::errc::timeout || seen[1].code == chorus::errc::connection_failed));
+    CHECK((seen[1].what.find("rank 0") != std::string::npos || seen[1].what.find("master") != std::string::npos));
+}
+
+TEST_CASE("tcp: a peer that leaves with goodbye is not a failure; a waiting receive times out") {
+    std::mutex mutex;
+    std::vector<conformance::outcome> seen(2);
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        if (tp.rank() == 1) return;  // leaves at once: goodbye, then EOF
+        std::this_thread::sleep_for(100ms);
+        std::vector<int> v(1);
+        try {
+            chorus::recv(tp, 1, v, 3);
+        } catch (chorus::transport_error const& e) {
+            std::lock_guard lock(mutex);
+            seen[0] = {true, e.code(), e.peer(), e.what()};
+        }
+    }, 400ms);
+    CHECK(seen[0].threw);
+    CHECK(seen[0].code == chorus::errc::timeout);
+    CHECK(seen[0].peer == 1);
+}
+
+TEST_CASE("tcp: destroying a pending receive aborts the group on every rank") {
+    std::mutex mutex;
+    std::vector<conformance::outcome> seen(2);
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        std::vector<int> v(4, -1);
+        try {
+            if (tp.rank() == 0) {
+                { auto r = tp.irecv(1, 8, std::as_writable_bytes(std::span(v))); }  // abandoned
+                chorus::recv(tp, 1, v, 9);
+            } else {
+                chorus::recv(tp, 0, v, 9);
+            }
+        } catch (chorus::transport_error const& e) {
+            std::lock_guard lock(mutex);
+            seen[static_cast<std::size_t>(tp.rank())] = {true, e.code(), e.peer(), e.what()};
+        }
+        if (v != std::vector<int>(4, -1)) throw std::runtime_error("buffer written after cancel");
+    }, 5s);
+    CHECK(seen[0].code == chorus::errc::aborted);
+    CHECK(seen[1].code == chorus::errc::peer_failed);
+    CHECK(seen[1].peer == 0);
+    CHECK(seen[1].what.find("abandoned") != std::string::npos);
+}
+
+TEST_CASE("tcp: from_env reads the launcher's variables and names missing ones") {
+    for (char const* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "WORLD_SIZE", "SLURM_NTASKS",
+                          "OMPI_COMM_WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS"})
+        ::unsetenv(v);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::from_env(), doctest::Contains("RANK"), chorus::invalid_argument);
+    ::setenv("SLURM_PROCID", "0", 1);
+    ::setenv("SLURM_NTASKS", "1", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::from_env(), doctest::Contains("MASTER_PORT"), chorus::invalid_argument);
+    ::setenv("MASTER_PORT", "29500", 1);
+    ::setenv("CHORUS_TIMEOUT_MS", "1000", 1);
+    {
+        auto tp = chorus::tcp_transport::from_env();  // a group of one: no sockets needed
+        CHECK(tp.rank() == 0);
+        CHECK(tp.size() == 1);
+        CHECK(tp.timeout() == 1000ms);
+        std::vector<int> v{1, 2}, w(2);
+        chorus::sendrecv(tp, 0, v, 0, w);
+        CHECK(w == v);
+    }
+    ::setenv("CHORUS_TIMEOUT_MS", "soon", 1);
+    CHECK_THROWS_AS(chorus::tcp_transport::from_env(), chorus::invalid_argument);
+    for (char const* v : {"SLURM_PROCID", "SLURM_NTASKS", "MASTER_PORT", "CHORUS_TIMEOUT_MS"}) ::unsetenv(v);
+}
