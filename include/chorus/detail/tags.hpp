@@ -10,6 +10,7 @@
 //   bits 56-62  collective kind, so two ranks in different collectives are told apart
 //   bits 0-55   the transport's collective sequence number
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -69,6 +70,20 @@ constexpr bool tags_conflict(tag_t posted, tag_t arrived) noexcept {
 inline std::string describe_tag(tag_t t) {
     if (!is_collective_tag(t)) return "tag " + std::to_string(t);
     return std::string(kind_name(tag_kind(t))) + " #" + std::to_string(tag_sequence(t));
+}
+
+/// The error text of a message whose size differs from the receive posted for it; shared by
+/// the transports so every one reports it the same way.
+inline std::string size_mismatch_message(rank_t me, std::size_t got, rank_t src, tag_t tag, std::size_t posted) {
+    return "rank " + std::to_string(me) + ": message of " + std::to_string(got) + " bytes from rank " +
+           std::to_string(src) + " (" + describe_tag(tag) + ") does not match the " + std::to_string(posted) +
+           "-byte receive posted for it";
+}
+
+/// The error text when `src` sent a message of another collective than the one `me` is in.
+inline std::string collective_mismatch_message(rank_t me, tag_t posted, rank_t src, tag_t arrived) {
+    return "rank " + std::to_string(me) + " is in " + describe_tag(posted) + " but rank " + std::to_string(src) +
+           " sent " + describe_tag(arrived) + ": the ranks called different collectives";
 }
 
 } // namespace chorus::detail

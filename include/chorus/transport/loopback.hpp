@@ -78,7 +78,7 @@ public:
             }
             if (tags_conflict(r.tag, tag)) {
                 // The receiver is waiting for this collective but the sender is in another.
-                fail(r, errc::tag_mismatch, mismatch_message(to, r.tag, from, tag));
+                fail(r, errc::tag_mismatch, collective_mismatch_message(to, r.tag, from, tag));
                 r.posted = false;
                 box.posted.erase(it);
                 box.ready.notify_all();
@@ -100,7 +100,7 @@ public:
                 return;
             }
             if (tags_conflict(r->tag, it->tag)) {
-                fail(*r, errc::tag_mismatch, mismatch_message(me, r->tag, it->src, it->tag));
+                fail(*r, errc::tag_mismatch, collective_mismatch_message(me, r->tag, it->src, it->tag));
                 return;
             }
         }
@@ -206,20 +206,11 @@ private:
 
     static void deliver(loopback_recv& r, rank_t me, std::span<std::byte const> bytes) {
         if (bytes.size() != r.buffer.size()) {
-            fail(r, errc::size_mismatch,
-                 "rank " + std::to_string(me) + ": message of " + std::to_string(bytes.size()) +
-                     " bytes from rank " + std::to_string(r.src) + " (" + describe_tag(r.tag) +
-                     ") does not match the " + std::to_string(r.buffer.size()) + "-byte receive posted for it");
+            fail(r, errc::size_mismatch, size_mismatch_message(me, bytes.size(), r.src, r.tag, r.buffer.size()));
             return;
         }
         if (!bytes.empty()) std::memcpy(r.buffer.data(), bytes.data(), bytes.size());
         r.done = true;
-    }
-
-    static std::string mismatch_message(rank_t me, tag_t posted, rank_t src, tag_t arrived) {
-        return "rank " + std::to_string(me) + " is in " + describe_tag(posted) + " but rank " +
-               std::to_string(src) + " sent " + describe_tag(arrived) +
-               ": the ranks called different collectives";
     }
 
     std::string timeout_message(rank_t me, loopback_recv const& r) const {

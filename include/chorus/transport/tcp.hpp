@@ -228,7 +228,7 @@ public:
                 return op;
             }
             if (tags_conflict(tag, it->tag)) {
-                fail(*op, errc::tag_mismatch, mismatch_message(tag, peer, it->tag));
+                fail(*op, errc::tag_mismatch, collective_mismatch_message(cfg_.rank, tag, peer, it->tag));
                 return op;
             }
         }
@@ -305,20 +305,13 @@ private:
 
     void deliver(tcp_op& op, std::span<std::byte const> bytes) {
         if (bytes.size() != op.in.size()) {
-            fail(op, errc::size_mismatch,
-                 "rank " + std::to_string(cfg_.rank) + ": message of " + std::to_string(bytes.size()) +
-                     " bytes from rank " + std::to_string(op.peer) + " (" + describe_tag(op.tag) +
-                     ") does not match the " + std::to_string(op.in.size()) + "-byte receive posted for it");
+            fail(op, errc::size_mismatch, size_mismatch_message(cfg_.rank, bytes.size(), op.peer, op.tag, op.in.size()));
             return;
         }
         if (!bytes.empty()) std::memcpy(op.in.data(), bytes.data(), bytes.size());
         op.done = true;
     }
 
-    std::string mismatch_message(tag_t posted, rank_t src, tag_t arrived) const {
-        return "rank " + std::to_string(cfg_.rank) + " is in " + describe_tag(posted) + " but rank " +
-               std::to_string(src) + " sent " + describe_tag(arrived) + ": the ranks called different collectives";
-    }
 
     // A whole message from src: into the first matching posted receive, else queued.
     void deliver_or_queue(rank_t src, tag_t tag, std::vector<std::byte> bytes) {
@@ -333,7 +326,7 @@ private:
                 return;
             }
             if (tags_conflict(r.tag, tag)) {
-                fail(r, errc::tag_mismatch, mismatch_message(r.tag, src, tag));
+                fail(r, errc::tag_mismatch, collective_mismatch_message(cfg_.rank, r.tag, src, tag));
                 r.posted = false;
                 list.erase(it);
                 cv_.notify_all();
