@@ -10,9 +10,12 @@ set(_chorus_targets chorus)
 if(TARGET chorus_tcp)
     list(APPEND _chorus_targets chorus_tcp)
 endif()
+if(TARGET chorusrun)
+    list(APPEND _chorus_targets chorusrun)  # chorus::chorusrun for consumers' tests
+endif()
 set(_chorus_cmakedir "${CMAKE_INSTALL_DATADIR}/cmake/chorus")
 
-install(TARGETS ${_chorus_targets} EXPORT chorus-targets)
+install(TARGETS ${_chorus_targets} EXPORT chorus-targets RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/chorus" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT chorus-targets
     NAMESPACE chorus::

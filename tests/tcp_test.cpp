@@ -8,6 +8,8 @@
 #include <chorus/chorus.hpp>
 #include <chorus/transport/tcp.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -18,7 +20,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "support/conformance.hpp"
 
@@ -39,7 +47,8 @@ namespace {
 struct tcp_runner {
     template <class Fn>
     static void run(rank_t p, Fn&& fn, std::chrono::milliseconds timeout, std::string const& addr = "127.0.0.1",
-                    std::function<void(std::uint16_t)> on_port = {}, rank_t started = -1) {
+                    std::function<void(std::uint16_t)> on_port = {}, rank_t started = -1,
+                    std::function<void(chorus::tcp_config&)> configure = {}) {
         if (started < 0) started = p;
         std::promise<std::uint16_t> port_promise;
         std::shared_future<std::uint16_t> port = port_promise.get_future().share();
@@ -57,6 +66,7 @@ struct tcp_runner {
                     c.master_addr = addr;
                     c.timeout = timeout;
                     c.job_token = "chorus-test-token";
+                    if (configure) configure(c);
                     if (r == 0) {
                         c.on_master_listening = [&](std::uint16_t bound) {
                             if (on_port) on_port(bound);
@@ -84,6 +94,30 @@ struct tcp_runner {
         if (first) std::rethrow_exception(first);
     }
 };
+
+char const* const launcher_variables[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+    "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE",
+    "CHORUS_MASTER_FD"};
+
+void unset_launcher_env() {
+    for (char const* v : launcher_variables) ::unsetenv(v);
+}
+
+/// A listening IPv4 socket on 127.0.0.1 and its port, as chorusrun makes one.
+std::pair<int, std::uint16_t> listening_socket() {
+    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 16) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    return {fd, ntohs(a.sin_port)};
+}
 
 bool ipv6_loopback_available() {
     asio::io_context io;
@@ -331,7 +365,7 @@ TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming i
     CHECK((seen[1].what.find("rank 0") != std::string::npos || seen[1].what.find("master") != std::string::npos));
 }
 
-TEST_CASE("tcp: a peer that leaves with goodbye is not a failure; a waiting receive times out") {
+TEST_CASE("tcp: a peer that leaves with goodbye is not a failure, a waiting receive times out") {
     std::mutex mutex;
     std::vector<conformance::outcome> seen(2);
     tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
@@ -375,9 +409,7 @@ TEST_CASE("tcp: destroying a pending receive aborts the group on every rank") {
 }
 
 TEST_CASE("tcp: from_env reads the launcher's variables and names missing ones") {
-    for (char const* v : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "WORLD_SIZE", "SLURM_NTASKS",
-                          "OMPI_COMM_WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS"})
-        ::unsetenv(v);
+    unset_launcher_env();
     CHECK_THROWS_WITH_AS(chorus::tcp_transport::from_env(), doctest::Contains("RANK"), chorus::invalid_argument);
     ::setenv("SLURM_PROCID", "0", 1);
     ::setenv("SLURM_NTASKS", "1", 1);
@@ -396,4 +428,126 @@ TEST_CASE("tcp: from_env reads the launcher's variables and names missing ones")
     ::setenv("CHORUS_TIMEOUT_MS", "soon", 1);
     CHECK_THROWS_AS(chorus::tcp_transport::from_env(), chorus::invalid_argument);
     for (char const* v : {"SLURM_PROCID", "SLURM_NTASKS", "MASTER_PORT", "CHORUS_TIMEOUT_MS"}) ::unsetenv(v);
+}
+
+TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_* settings") {
+    unset_launcher_env();
+    ::setenv("RANK", "2", 1);
+    ::setenv("WORLD_SIZE", "4", 1);
+    ::setenv("LOCAL_RANK", "1", 1);
+    ::setenv("MASTER_ADDR", "[::1]", 1);
+    ::setenv("MASTER_PORT", "1234", 1);
+    ::setenv("CHORUS_PORT_RANGE", "30000-30010", 1);
+    ::setenv("CHORUS_SOCKET_IFNAME", "eth7", 1);
+    ::setenv("CHORUS_JOB_TOKEN", "secret", 1);
+    ::setenv("CHORUS_MASTER_FD", "7", 1);  // rank 2: not the master, ignored
+    auto c = chorus::tcp_transport::config_from_env();
+    CHECK(c.rank == 2);
+    CHECK(c.size == 4);
+    CHECK(c.local_rank == 1);
+    CHECK(c.master_addr == "[::1]");  // brackets are stripped by the transport
+    CHECK(c.master_port == 1234);
+    CHECK(c.port_min == 30000);
+    CHECK(c.port_max == 30010);
+    CHECK(c.socket_ifname == "eth7");
+    CHECK(c.job_token == "secret");
+    CHECK(c.master_fd == -1);
+    ::setenv("CHORUS_PORT_RANGE", "30010-30000", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_PORT_RANGE"), chorus::invalid_argument);
+    ::setenv("CHORUS_PORT_RANGE", "30000", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("LOW-HIGH"), chorus::invalid_argument);
+    ::setenv("CHORUS_PORT_RANGE", "1-70000", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("out of range"), chorus::invalid_argument);
+    ::setenv("CHORUS_TIMEOUT_MS", "0", 1);
+    ::unsetenv("CHORUS_PORT_RANGE");
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("positive"), chorus::invalid_argument);
+
+    // Slurm: no MASTER_*; the master is the first node of the job, the port follows the job id.
+    unset_launcher_env();
+    ::setenv("SLURM_PROCID", "3", 1);
+    ::setenv("SLURM_NTASKS", "8", 1);
+    ::setenv("SLURM_LOCALID", "1", 1);
+    ::setenv("SLURM_JOB_NODELIST", "gpu[07-09,12],cpu3", 1);
+    ::setenv("SLURM_JOB_ID", "123456", 1);
+    c = chorus::tcp_transport::config_from_env();
+    CHECK(c.rank == 3);
+    CHECK(c.size == 8);
+    CHECK(c.local_rank == 1);
+    CHECK(c.master_addr == "gpu07");
+    CHECK(c.master_port == 10000 + 123456 % 50000);
+
+    // Open MPI's names.
+    unset_launcher_env();
+    ::setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    ::setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    ::setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+    ::setenv("MASTER_PORT", "29501", 1);
+    ::setenv("CHORUS_MASTER_FD", "9", 1);
+    c = chorus::tcp_transport::config_from_env();
+    CHECK(c.rank == 0);
+    CHECK(c.size == 2);
+    CHECK(c.master_addr == "127.0.0.1");
+    CHECK(c.master_fd == 9);  // rank 0 takes the launcher's socket
+    unset_launcher_env();
+}
+
+TEST_CASE("tcp: the first host of a Slurm node list") {
+    using chorus::detail::first_slurm_host;
+    CHECK(first_slurm_host("node01") == "node01");
+    CHECK(first_slurm_host("a1,b2") == "a1");
+    CHECK(first_slurm_host("n[1-4]") == "n1");
+    CHECK(first_slurm_host("n[05,07],m1") == "n05");
+    CHECK(first_slurm_host("rack[3-4]-node,x") == "rack3-node");
+}
+
+TEST_CASE("tcp: a launcher's listening socket (CHORUS_MASTER_FD) serves the rendezvous") {
+    auto [fd, port] = listening_socket();
+    std::atomic<int> done{0};
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+        std::vector<int> v{tp.rank()};
+        chorus::allreduce(tp, v);
+        CHECK(v[0] == 3);
+        ++done;
+    }, 10s, "127.0.0.1", {}, -1, [fd = fd, port = port](chorus::tcp_config& c) {
+        if (c.rank == 0) c.master_fd = fd;  // the transport owns it from here
+        c.master_port = port;
+    });
+    CHECK(done == 3);
+    int pipe_fds[2] = {-1, -1};
+    REQUIRE(::pipe(pipe_fds) == 0);
+    ::close(pipe_fds[1]);
+    chorus::tcp_config c;
+    c.size = 2;
+    c.master_fd = pipe_fds[0];
+    c.timeout = 2s;
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport{c}, doctest::Contains("not a listening TCP socket"), chorus::transport_error);
+}
+
+TEST_CASE("tcp: CHORUS_SOCKET_IFNAME picks the advertised address, CHORUS_PORT_RANGE bounds the listeners") {
+    auto [fd, taken] = listening_socket();  // a port nobody else can bind while we hold it
+    std::atomic<int> done{0};
+    // Listeners in [taken, taken + 63]: the first is in use, so every rank moves on to a free one.
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+        std::vector<int> v{1};
+        chorus::allreduce(tp, v);
+        CHECK(v[0] == 3);
+        ++done;
+    }, 10s, "127.0.0.1", {}, -1, [taken = taken](chorus::tcp_config& c) {
+        c.socket_ifname = "lo";
+        c.port_min = taken;
+        c.port_max = static_cast<std::uint16_t>(std::min(65535, taken + 63));
+    });
+    CHECK(done == 3);
+
+    chorus::tcp_config c;
+    c.size = 2;
+    c.master_port = 1;  // never reached: the listener fails first
+    c.timeout = 2s;
+    c.port_min = c.port_max = taken;
+    std::string const busy = "cannot listen on any port of " + std::to_string(taken);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport{c}, doctest::Contains(busy.c_str()), chorus::transport_error);
+    ::close(fd);
+    c.port_min = c.port_max = 0;
+    c.socket_ifname = "chorus-none0";
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport{c}, doctest::Contains("interface 'chorus-none0'"), chorus::transport_error);
 }

@@ -5,16 +5,19 @@
 // tcp_transport: one rank per process (or per thread, in tests), ranks connected by a full
 // mesh of TCP connections, on standalone Asio (define ASIO_STANDALONE; header <asio.hpp>).
 //
-// Rendezvous. Rank 0 listens on master_addr:master_port. Every rank, rank 0 included, first
-// opens its own listening socket on an ephemeral port, then connects to the master (retrying
-// with back-off: the master may not be up yet) and sends {token, rank, size, port, address},
-// the address being the local end of its master connection (the address the master can reach
-// it on). Rank 0 collects all ranks, then sends everyone the table of (address, port). Each
+// Rendezvous. Rank 0 listens on master_addr:master_port (or adopts the listening socket a
+// launcher bound for it, master_fd, so the port cannot be taken in between). Every rank, rank 0
+// included, first opens its own listening socket (an ephemeral port, or the first free one of
+// port_min..port_max), then connects to the master (retrying with back-off: the master may not
+// be up yet) and sends {token, rank, size, port, address}, the address being advertise_addr, the
+// address of interface socket_ifname, or by default the local end of its master connection
+// (the address the master can reach it on). Rank 0 collects all ranks, then sends everyone the
+// table of (address, port). Each
 // rank then connects to every lower rank and accepts from every higher rank: every pair gets
 // exactly one connection, and since listening sockets exist before anyone connects, nobody can
 // wait for a connection that is not yet being accepted (no deadlock). A connection whose
-// handshake is wrong (token, rank, garbage) is closed and ignored: a port scanner or another
-// job's stray rank must not break this job. Everything here is async, driven by the
+// handshake is wrong (token, rank, garbage) is closed and logged on stderr: a port scanner or
+// another job's stray rank must not break this job. Everything here is async, driven by the
 // constructor's thread running the io_context until a deadline, so one timeout bounds it all.
 //
 // Frames. Every message is a 24-byte header {type, tag, size} (little endian u64s) followed
@@ -42,6 +45,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -58,6 +62,10 @@
 
 #include <asio.hpp>
 
+#include <ifaddrs.h>     // getifaddrs: CHORUS_SOCKET_IFNAME
+#include <sys/socket.h>  // getsockname/getsockopt: a launcher's master socket
+#include <unistd.h>      // close
+
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
@@ -69,8 +77,25 @@ namespace chorus {
 struct tcp_config {
     rank_t rank = 0;
     rank_t size = 1;
+    /// This rank's index among the ranks of its node (LOCAL_RANK); chorus itself does not use
+    /// it, device transports and users do (e.g. to pick a GPU).
+    rank_t local_rank = 0;
+    /// Host name or address literal of rank 0; IPv6 literals may be bracketed ("[::1]").
     std::string master_addr = "127.0.0.1";
     std::uint16_t master_port = 0;
+    /// Rank 0 only: an already listening socket for the rendezvous, handed down by a launcher
+    /// (CHORUS_MASTER_FD) that bound it, so there is no window in which the port could be taken.
+    /// Owned by the transport from then on. -1: bind master_addr:master_port instead.
+    int master_fd = -1;
+    /// The address this rank tells the others to connect to. Empty: the address of the
+    /// interface named by socket_ifname, else the local address of the connection to the master
+    /// (the interface the route to the master uses).
+    std::string advertise_addr;
+    /// Interface whose address is advertised (CHORUS_SOCKET_IFNAME), e.g. "eth1".
+    std::string socket_ifname;
+    /// Port range [port_min, port_max] for this rank's listening socket (CHORUS_PORT_RANGE), for
+    /// sites whose firewall opens only some ports. Both 0: any ephemeral port.
+    std::uint16_t port_min = 0, port_max = 0;
     /// Bounds every wait, the rendezvous, and the goodbye exchange at shutdown.
     std::chrono::milliseconds timeout{30000};
     /// Must be equal on all ranks of a job; connections with another token are ignored.
@@ -147,6 +172,42 @@ struct tcp_peer {
     bool finished = false;  // EOF after goodbye, or broken: no more reads
 };
 
+/// "[::1]" -> "::1": URLs and launchers write IPv6 literals in brackets, Asio does not.
+inline std::string strip_brackets(std::string addr) {
+    if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') return addr.substr(1, addr.size() - 2);
+    return addr;
+}
+
+/// The address of interface `name` in the given family (IPv6: a global or unique-local one
+/// before a link-local one, which would need a scope to be reachable). Empty if none.
+inline std::string interface_address(std::string const& name, bool v6) {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) return {};
+    std::string found, link_local;
+    for (ifaddrs* i = list; i; i = i->ifa_next) {
+        if (!i->ifa_addr || name != i->ifa_name) continue;
+        if (!v6 && i->ifa_addr->sa_family == AF_INET) {
+            asio::ip::address_v4::bytes_type b;
+            std::memcpy(b.data(), &reinterpret_cast<sockaddr_in const*>(i->ifa_addr)->sin_addr, 4);
+            found = asio::ip::address_v4(b).to_string();
+            break;
+        }
+        if (v6 && i->ifa_addr->sa_family == AF_INET6) {
+            asio::ip::address_v6::bytes_type b;
+            std::memcpy(b.data(), &reinterpret_cast<sockaddr_in6 const*>(i->ifa_addr)->sin6_addr, 16);
+            asio::ip::address_v6 const a(b);
+            if (a.is_link_local()) {
+                if (link_local.empty()) link_local = a.to_string() + "%" + name;
+                continue;
+            }
+            found = a.to_string();
+            break;
+        }
+    }
+    ::freeifaddrs(list);
+    return found.empty() ? link_local : found;
+}
+
 inline void tune_socket(asio::ip::tcp::socket& s) {
     asio::error_code ec;
     s.set_option(asio::ip::tcp::no_delay(true), ec);
@@ -162,6 +223,16 @@ public:
             throw invalid_argument("tcp_transport: rank " + std::to_string(cfg_.rank) + " is out of range for " +
                                    std::to_string(cfg_.size) + " ranks");
         if (cfg_.job_token.size() > tcp_wire::max_token) throw invalid_argument("tcp_transport: job token too long");
+        if (cfg_.port_min > cfg_.port_max)
+            throw invalid_argument("tcp_transport: port range " + std::to_string(cfg_.port_min) + "-" +
+                                   std::to_string(cfg_.port_max) + " is empty");
+        if (cfg_.size == 1 && cfg_.master_fd >= 0) ::close(std::exchange(cfg_.master_fd, -1));
+        cfg_.master_addr = strip_brackets(cfg_.master_addr);
+        cfg_.advertise_addr = strip_brackets(cfg_.advertise_addr);
+        if (cfg_.rank != 0 && cfg_.master_fd >= 0) {  // only rank 0 runs the rendezvous
+            ::close(cfg_.master_fd);
+            cfg_.master_fd = -1;
+        }
         auto const n = static_cast<std::size_t>(cfg_.size);
         posted_.resize(n);
         unexpected_.resize(n);
@@ -181,6 +252,7 @@ public:
 
     rank_t rank() const noexcept { return cfg_.rank; }
     rank_t size() const noexcept { return cfg_.size; }
+    rank_t local_rank() const noexcept { return cfg_.local_rank; }
     std::chrono::milliseconds timeout() const noexcept { return cfg_.timeout; }
     std::uint64_t next_sequence() noexcept { return sequence_.fetch_add(1); }
 
@@ -593,10 +665,29 @@ private:
 
         bool finished = false;
         std::string fatal;
+        // A connection that is not a rank of this job (a port scanner, another job's rank, a
+        // wrong token) is closed and logged; the job goes on.
+        auto const refuse = [me](asio::ip::tcp::socket& sock, std::string const& why) {
+            asio::error_code e;
+            auto const from = sock.remote_endpoint(e);
+            std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
+            std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me, who.c_str(), why.c_str());
+            sock.close(e);
+        };
         std::list<asio::steady_timer> timers;
 
+        std::string advertised = cfg_.advertise_addr;
+        if (advertised.empty() && !cfg_.socket_ifname.empty()) {
+            advertised = interface_address(cfg_.socket_ifname, family == tcp::v6());
+            if (advertised.empty())
+                throw transport_error(errc::connection_failed, me,
+                                      "rank " + std::to_string(me) + ": interface '" + cfg_.socket_ifname + "' (CHORUS_SOCKET_IFNAME) has no " +
+                                          (family == tcp::v6() ? "IPv6" : "IPv4") + " address");
+        }
+
         // Own listener, accepting handshakes from higher ranks from the start.
-        tcp::acceptor listener(io_, tcp::endpoint(family, 0));
+        tcp::acceptor listener(io_);
+        bind_listener(listener, family);
         std::uint16_t const my_port = listener.local_endpoint().port();
         std::size_t accepted = 0;
         std::list<std::shared_ptr<mesh_in>> mesh_pending;
@@ -606,24 +697,22 @@ private:
             listener.async_accept(m->sock, [&, m](asio::error_code e) {
                 if (finished || e) return;
                 accept_mesh();
-                asio::async_read(m->sock, asio::buffer(m->head), [&, m](asio::error_code e2, std::size_t) {
+                asio::async_read(m->sock, asio::buffer(m->head), [&, m](asio::error_code e2, std::size_t got) {
                     if (finished) return;
-                    asio::error_code ignore;
                     std::uint64_t const len = tcp_wire::get64(m->head.data() + 16);
                     m->rank = tcp_wire::get64(m->head.data() + 8);
-                    if (e2 || tcp_wire::get64(m->head.data()) != tcp_wire::mesh_magic || len != cfg_.job_token.size() ||
-                        m->rank <= static_cast<std::uint64_t>(me) || m->rank >= n || peers_[m->rank]) {
-                        m->sock.close(ignore);
-                        return;
-                    }
+                    if (e2) return refuse(m->sock, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+                    if (tcp_wire::get64(m->head.data()) != tcp_wire::mesh_magic) return refuse(m->sock, "not a chorus handshake");
+                    if (len != cfg_.job_token.size()) return refuse(m->sock, "wrong job token");
+                    if (m->rank <= static_cast<std::uint64_t>(me) || m->rank >= n || peers_[m->rank])
+                        return refuse(m->sock, "unexpected rank " + std::to_string(m->rank));
                     m->token.resize(len);
                     asio::async_read(m->sock, asio::buffer(m->token), [&, m](asio::error_code e3, std::size_t) {
                         if (finished) return;
-                        asio::error_code ignore2;
-                        if (e3 || std::string(m->token.begin(), m->token.end()) != cfg_.job_token || peers_[m->rank]) {
-                            m->sock.close(ignore2);
-                            return;
-                        }
+                        if (e3) return refuse(m->sock, "closed during its handshake");
+                        if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token)
+                            return refuse(m->sock, "wrong job token");
+                        if (peers_[m->rank]) return refuse(m->sock, "rank " + std::to_string(m->rank) + " is already connected");
                         auto peer = std::make_unique<tcp_peer>(io_);
                         peer->rank = static_cast<rank_t>(m->rank);
                         peer->sock = std::move(m->sock);
@@ -662,13 +751,17 @@ private:
         };
         if (me == 0) {
             master.emplace(io_);
-            tcp::endpoint const ep(master_ip, cfg_.master_port);
-            master->open(ep.protocol());
-            master->set_option(tcp::acceptor::reuse_address(true));
-            master->bind(ep, ec);
-            if (ec)
-                throw transport_error(errc::connection_failed, 0, "rank 0: cannot listen on " + where + ": " + ec.message());
-            master->listen();
+            if (cfg_.master_fd >= 0) {
+                adopt_master(*master);
+            } else {
+                tcp::endpoint const ep(master_ip, cfg_.master_port);
+                master->open(ep.protocol(), ec);
+                if (!ec) master->set_option(tcp::acceptor::reuse_address(true), ec);
+                if (!ec) master->bind(ep, ec);
+                if (!ec) master->listen(asio::socket_base::max_listen_connections, ec);
+                if (ec)
+                    throw transport_error(errc::connection_failed, 0, "rank 0: cannot listen on " + where + ": " + ec.message());
+            }
             cfg_.master_port = master->local_endpoint().port();  // the system's pick for port 0
             where = cfg_.master_addr + ":" + std::to_string(cfg_.master_port);
             if (cfg_.on_master_listening) cfg_.on_master_listening(cfg_.master_port);
@@ -678,30 +771,30 @@ private:
                 master->async_accept(j->sock, [&, j](asio::error_code e) {
                     if (finished || e) return;
                     accept_hello();
-                    asio::async_read(j->sock, asio::buffer(j->head), [&, j](asio::error_code e2, std::size_t) {
+                    asio::async_read(j->sock, asio::buffer(j->head), [&, j](asio::error_code e2, std::size_t got) {
                         if (finished) return;
-                        asio::error_code ignore;
                         unsigned char const* h = j->head.data();
                         j->rank = tcp_wire::get64(h + 8);
                         j->port = tcp_wire::get64(h + 24);
                         j->token_len = tcp_wire::get64(h + 32);
                         std::uint64_t const addr_len = tcp_wire::get64(h + 40);
-                        if (e2 || tcp_wire::get64(h) != tcp_wire::hello_magic || j->rank >= n ||
-                            tcp_wire::get64(h + 16) != n || j->token_len != cfg_.job_token.size() ||
-                            addr_len > tcp_wire::max_addr || j->port == 0 || j->port > 65535 || joined[j->rank]) {
-                            j->sock.close(ignore);
-                            return;
-                        }
+                        if (e2) return refuse(j->sock, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+                        if (tcp_wire::get64(h) != tcp_wire::hello_magic) return refuse(j->sock, "not a chorus handshake");
+                        if (j->token_len != cfg_.job_token.size()) return refuse(j->sock, "wrong job token");
+                        if (tcp_wire::get64(h + 16) != n)
+                            return refuse(j->sock, "it belongs to a job of " + std::to_string(tcp_wire::get64(h + 16)) +
+                                                       " ranks, this one has " + std::to_string(n));
+                        if (j->rank >= n || addr_len > tcp_wire::max_addr || j->port == 0 || j->port > 65535)
+                            return refuse(j->sock, "malformed handshake");
                         j->rest.resize(static_cast<std::size_t>(j->token_len + addr_len));
                         asio::async_read(j->sock, asio::buffer(j->rest), [&, j](asio::error_code e3, std::size_t) {
                             if (finished) return;
-                            asio::error_code ignore2;
                             auto const tl = static_cast<std::ptrdiff_t>(j->token_len);
-                            if (e3 || std::string(j->rest.begin(), j->rest.begin() + tl) != cfg_.job_token ||
-                                joined[j->rank]) {
-                                j->sock.close(ignore2);
-                                return;
-                            }
+                            if (e3) return refuse(j->sock, "closed during its handshake");
+                            if (std::string(j->rest.begin(), j->rest.begin() + tl) != cfg_.job_token)
+                                return refuse(j->sock, "wrong job token");
+                            if (joined[j->rank])
+                                return refuse(j->sock, "rank " + std::to_string(j->rank) + " has already joined");
                             j->addr.assign(j->rest.begin() + tl, j->rest.end());
                             joined[j->rank] = j;
                             if (++joined_count == n) send_tables();
@@ -793,7 +886,8 @@ private:
                     return;
                 }
                 asio::error_code le;
-                std::string const addr = to_master.local_endpoint(le).address().to_string();
+                std::string const addr =
+                    advertised.empty() ? to_master.local_endpoint(le).address().to_string() : advertised;
                 hello.clear();
                 tcp_wire::append64(hello, tcp_wire::hello_magic);
                 tcp_wire::append64(hello, static_cast<std::uint64_t>(me));
@@ -881,6 +975,57 @@ private:
                                        "; no connection with ranks: " + missing);
     }
 
+    // This rank's listening socket: any free port, or the first free one of the configured
+    // range (starting at an offset by rank, so that ranks of one host do not all race for the
+    // same port).
+    void bind_listener(asio::ip::tcp::acceptor& listener, asio::ip::tcp family) {
+        using asio::ip::tcp;
+        std::string const who = "rank " + std::to_string(cfg_.rank);
+        asio::error_code ec;
+        listener.open(family, ec);
+        if (ec) throw transport_error(errc::connection_failed, cfg_.rank, who + ": cannot open a listening socket: " + ec.message());
+        if (cfg_.port_max == 0) {
+            listener.bind(tcp::endpoint(family, 0), ec);
+        } else {
+            unsigned const span = unsigned{cfg_.port_max} - cfg_.port_min + 1;
+            for (unsigned i = 0; i < span; ++i) {
+                auto const port = static_cast<std::uint16_t>(cfg_.port_min + (static_cast<unsigned>(cfg_.rank) + i) % span);
+                listener.bind(tcp::endpoint(family, port), ec);
+                if (!ec) break;
+            }
+        }
+        if (!ec) listener.listen(asio::socket_base::max_listen_connections, ec);
+        if (ec)
+            throw transport_error(errc::connection_failed, cfg_.rank,
+                                  who + ": cannot listen on " +
+                                      (cfg_.port_max == 0 ? std::string("an ephemeral port")
+                                                          : "any port of " + std::to_string(cfg_.port_min) + "-" +
+                                                                std::to_string(cfg_.port_max)) +
+                                      ": " + ec.message());
+    }
+
+    // The launcher's already listening master socket (see tcp_config::master_fd).
+    void adopt_master(asio::ip::tcp::acceptor& master) {
+        int const fd = std::exchange(cfg_.master_fd, -1);
+        sockaddr_storage addr{};
+        socklen_t len = sizeof addr;
+        int listening = 0;
+        socklen_t optlen = sizeof listening;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+            (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
+            ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) {
+            ::close(fd);
+            throw transport_error(errc::connection_failed, 0,
+                                  "rank 0: CHORUS_MASTER_FD " + std::to_string(fd) + " is not a listening TCP socket");
+        }
+        asio::error_code ec;
+        master.assign(addr.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd, ec);
+        if (ec) {
+            ::close(fd);
+            throw transport_error(errc::connection_failed, 0, "rank 0: cannot use CHORUS_MASTER_FD: " + ec.message());
+        }
+    }
+
     tcp_config cfg_;
     // io_ first: sockets (in peers_) must be destroyed before their io_context.
     asio::io_context io_;
@@ -901,10 +1046,10 @@ private:
     std::thread thread_;  // last: started once everything above exists
 };
 
-inline std::string env_or(char const* name, char const* fallback1, char const* fallback2) {
+inline std::string env_or(char const* name, char const* fallback1 = nullptr, char const* fallback2 = nullptr) {
     for (char const* n : {name, fallback1, fallback2})
         if (n)
-            if (char const* v = std::getenv(n)) return v;
+            if (char const* v = std::getenv(n); v && *v) return v;
     return {};
 }
 
@@ -917,6 +1062,26 @@ inline long long parse_env_number(std::string const& value, char const* what) {
     } catch (std::exception const&) {
         throw invalid_argument(std::string("tcp_transport::from_env: ") + what + " is not a number: '" + value + "'");
     }
+}
+
+inline std::uint16_t parse_env_port(std::string const& value, char const* what) {
+    long long const p = parse_env_number(value, what);
+    if (p < 1 || p > 65535)
+        throw invalid_argument(std::string("tcp_transport::from_env: ") + what + " out of range: " + value);
+    return static_cast<std::uint16_t>(p);
+}
+
+/// The first host of a Slurm node list: "node[07-09,12],gpu3" -> "node07".
+inline std::string first_slurm_host(std::string const& list) {
+    std::size_t const end = list.find_first_of(",[");
+    if (end == std::string::npos || list[end] == ',') return list.substr(0, end);
+    std::size_t const close = list.find(']', end);
+    std::size_t const item_end = list.find_first_of("-,]", end + 1);
+    if (close == std::string::npos || item_end == std::string::npos) return {};
+    std::string host = list.substr(0, end) + list.substr(end + 1, item_end - end - 1);
+    // A suffix after the bracket ("rack[1-2]-node") belongs to every host.
+    std::size_t const suffix_end = list.find_first_of(",[", close + 1);
+    return host + list.substr(close + 1, suffix_end == std::string::npos ? std::string::npos : suffix_end - close - 1);
 }
 
 } // namespace detail
@@ -965,33 +1130,65 @@ public:
     /// Rendezvous and mesh set-up; blocks until every rank joined or the timeout passed.
     explicit tcp_transport(tcp_config config) : state_(std::make_unique<detail::tcp_state>(std::move(config))) {}
 
-    /// Reads RANK, WORLD_SIZE (or SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/
-    /// OMPI_COMM_WORLD_SIZE), MASTER_ADDR (default 127.0.0.1), MASTER_PORT, CHORUS_JOB_TOKEN,
-    /// CHORUS_TIMEOUT_MS.
-    static tcp_transport from_env() {
+    /// The configuration a launcher describes in the environment (torchrun's names first):
+    /// - RANK, WORLD_SIZE, LOCAL_RANK; else Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID;
+    ///   else Open MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK;
+    /// - MASTER_ADDR (else the first host of SLURM_JOB_NODELIST, else 127.0.0.1; "[::1]" is
+    ///   accepted), MASTER_PORT (required, except under Slurm, where 10000 + SLURM_JOB_ID % 50000
+    ///   gives every job its own);
+    /// - CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS, CHORUS_SOCKET_IFNAME, CHORUS_PORT_RANGE ("lo-hi"),
+    ///   and, for rank 0, CHORUS_MASTER_FD (set by chorusrun).
+    /// Throws invalid_argument naming the variables that are missing or malformed.
+    static tcp_config config_from_env() {
+        using detail::env_or;
         tcp_config c;
-        std::string const rank = detail::env_or("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK");
-        std::string const size = detail::env_or("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE");
-        std::string const port = detail::env_or("MASTER_PORT", nullptr, nullptr);
+        std::string const rank = env_or("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK");
+        std::string const size = env_or("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE");
+        std::string const port = env_or("MASTER_PORT");
+        std::string const slurm_job = env_or("SLURM_JOB_ID");
         std::string missing;
         if (rank.empty()) missing += " RANK (or SLURM_PROCID, OMPI_COMM_WORLD_RANK)";
         if (size.empty()) missing += " WORLD_SIZE (or SLURM_NTASKS, OMPI_COMM_WORLD_SIZE)";
-        if (port.empty()) missing += " MASTER_PORT";
+        if (port.empty() && slurm_job.empty()) missing += " MASTER_PORT";
         if (!missing.empty()) throw invalid_argument("tcp_transport::from_env: missing environment variables:" + missing);
         c.rank = static_cast<rank_t>(detail::parse_env_number(rank, "RANK"));
         c.size = static_cast<rank_t>(detail::parse_env_number(size, "WORLD_SIZE"));
-        long long const p = detail::parse_env_number(port, "MASTER_PORT");
-        if (p < 1 || p > 65535) throw invalid_argument("tcp_transport::from_env: MASTER_PORT out of range: " + port);
-        c.master_port = static_cast<std::uint16_t>(p);
-        if (std::string a = detail::env_or("MASTER_ADDR", nullptr, nullptr); !a.empty()) c.master_addr = a;
-        c.job_token = detail::env_or("CHORUS_JOB_TOKEN", nullptr, nullptr);
-        if (std::string t = detail::env_or("CHORUS_TIMEOUT_MS", nullptr, nullptr); !t.empty())
-            c.timeout = std::chrono::milliseconds(detail::parse_env_number(t, "CHORUS_TIMEOUT_MS"));
-        return tcp_transport(std::move(c));
+        if (std::string l = env_or("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"); !l.empty())
+            c.local_rank = static_cast<rank_t>(detail::parse_env_number(l, "LOCAL_RANK"));
+        c.master_port = !port.empty() ? detail::parse_env_port(port, "MASTER_PORT")
+                                      : static_cast<std::uint16_t>(10000 + detail::parse_env_number(slurm_job, "SLURM_JOB_ID") % 50000);
+        if (std::string a = env_or("MASTER_ADDR"); !a.empty())
+            c.master_addr = a;
+        else if (std::string nodes = env_or("SLURM_JOB_NODELIST", "SLURM_NODELIST"); !nodes.empty())
+            c.master_addr = detail::first_slurm_host(nodes);
+        c.job_token = env_or("CHORUS_JOB_TOKEN");
+        if (std::string t = env_or("CHORUS_TIMEOUT_MS"); !t.empty()) {
+            long long const ms = detail::parse_env_number(t, "CHORUS_TIMEOUT_MS");
+            if (ms <= 0) throw invalid_argument("tcp_transport::from_env: CHORUS_TIMEOUT_MS must be positive: " + t);
+            c.timeout = std::chrono::milliseconds(ms);
+        }
+        c.socket_ifname = env_or("CHORUS_SOCKET_IFNAME");
+        if (std::string r = env_or("CHORUS_PORT_RANGE"); !r.empty()) {
+            std::size_t const dash = r.find_first_of("-:");
+            if (dash == std::string::npos)
+                throw invalid_argument("tcp_transport::from_env: CHORUS_PORT_RANGE must be LOW-HIGH: '" + r + "'");
+            c.port_min = detail::parse_env_port(r.substr(0, dash), "CHORUS_PORT_RANGE");
+            c.port_max = detail::parse_env_port(r.substr(dash + 1), "CHORUS_PORT_RANGE");
+            if (c.port_min > c.port_max)
+                throw invalid_argument("tcp_transport::from_env: CHORUS_PORT_RANGE is empty: '" + r + "'");
+        }
+        if (std::string fd = env_or("CHORUS_MASTER_FD"); !fd.empty() && c.rank == 0)
+            c.master_fd = static_cast<int>(detail::parse_env_number(fd, "CHORUS_MASTER_FD"));
+        return c;
     }
+
+    /// tcp_transport(config_from_env()): joins the job a launcher (chorusrun, torchrun, srun,
+    /// mpirun) started.
+    static tcp_transport from_env() { return tcp_transport(config_from_env()); }
 
     rank_t rank() const noexcept { return state_->rank(); }
     rank_t size() const noexcept { return state_->size(); }
+    rank_t local_rank() const noexcept { return state_->local_rank(); }
     std::chrono::milliseconds timeout() const noexcept { return state_->timeout(); }
 
     request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Fault tests across real processes: what a user sees when a rank dies, never starts, gets
+# stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
+#
+# Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK
+#   CASE: kill | absent | stray | mismatch | exit | signal
+# Each case prints how long the failure took to be reported (for the issue's note; timings
+# are printed, never asserted) and exits non-zero on the first unmet expectation.
+set -uo pipefail
+case_name=$1 run=$2 check=$3
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/chorus-faults.XXXXXX")
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+out=$tmp/stdout err=$tmp/stderr
+
+now_ms() { date +%s%3N; }
+fail() {
+    echo "FAIL ($case_name): $*"
+    echo "--- stdout"; cat "$out"
+    echo "--- stderr"; cat "$err"
+    exit 1
+}
+expect() { grep -q -- "$2" "$1" || fail "expected '$2' in $(basename "$1")"; }
+
+case $case_name in
+kill)
+    # 4 ranks in a loop of 4 MiB ring allreduces; rank 2 SIGKILLs itself 300 ms after its first.
+    "$run" -n 4 --timeout-ms 30000 "$check" kill 2 300 >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    expect "$err" "chorusrun: rank 2 failed first (killed by signal 9"
+    killed=$(sed -n 's/.*rank 2: killing myself at \([0-9]*\) ms.*/\1/p' "$out")
+    [ -n "$killed" ] || fail "rank 2 did not say when it died"
+    for r in 0 1 3; do
+        grep -q "^\[rank$r\] rank $r: in the allreduce loop" "$out" || fail "rank $r never reached the loop"
+        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        case $line in *"rank 2"*) ;; *) fail "rank $r's error does not name rank 2: $line" ;; esac
+        t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
+        echo "rank $r raised the error $((t - killed)) ms after rank 2 died: ${line#*ms: }"
+    done
+    echo "chorusrun exited with $rc $((end - killed)) ms after rank 2 died"
+    ;;
+absent)
+    # Rank 2 of 3 never joins: the rendezvous times out (3 s) naming it.
+    start=$(now_ms)
+    "$run" -n 3 --timeout-ms 3000 "$check" absent 2 >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    expect "$err" "rank 0: error at [0-9]* ms: rank 0: rendezvous on 127.0.0.1:[0-9]* timed out after 3000 ms; ranks that never joined: 2"
+    expect "$err" "chorusrun: rank [01] failed first (exit code 1)"
+    echo "rank 0: $(grep -o 'rendezvous on.*' "$err")"
+    echo "chorusrun exited with $rc after $((end - start)) ms (timeout 3000 ms)"
+    ;;
+stray)
+    # While rank 2 is late, connections that are not chorus ranks hit the master: garbage,
+    # a hello with a wrong token claiming rank 2's slot, and a silent connection. The job
+    # must ignore them all and pass.
+    "$run" -n 3 -v --timeout-ms 20000 "$check" late 2 2500 >"$out" 2>"$err" &
+    pid=$!
+    port=
+    for _ in $(seq 100); do
+        port=$(sed -n 's/^chorusrun: .*rendezvous at 127.0.0.1:\([0-9]*\)$/\1/p' "$err")
+        [ -n "$port" ] && break
+        sleep 0.05
+    done
+    [ -n "$port" ] || fail "chorusrun did not say where the rendezvous is"
+    printf 'GET / HTTP/1.0\r\n\r\n' >"/dev/tcp/127.0.0.1/$port" || fail "could not connect to the master"
+    le64() { local v=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((v >> (8 * i)) & 255)))"; done; }
+    token=$(printf 'x%.0s' $(seq 32))
+    { printf 'CHORUS01'; le64 2; le64 3; le64 1; le64 32; le64 9; printf '%s127.0.0.1' "$token"; } \
+        >"/dev/tcp/127.0.0.1/$port" || fail "could not send the wrong-token hello"
+    exec 3<>"/dev/tcp/127.0.0.1/$port"  # silent: held open until the job ends
+    wait "$pid"
+    rc=$?
+    pid=
+    exec 3<&-
+    [ "$rc" -eq 0 ] || fail "the job failed (rc $rc)"
+    for r in 0 1 2; do expect "$out" "^\[rank$r\] rank $r: stress passed (3 ranks)"; done
+    expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: not a chorus handshake (18 bytes, then closed)"
+    expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: wrong job token"
+    echo "the job ignored 3 stray connections to 127.0.0.1:$port and passed"
+    ;;
+mismatch)
+    # Rank 1 passes 1001 elements, the others 1000: an error on every rank, not a hang.
+    start=$(now_ms)
+    "$run" -n 3 --timeout-ms 30000 "$check" mismatch >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    for r in 0 1 2; do
+        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        case $line in *"timed out"*) fail "rank $r timed out instead of seeing the mismatch: $line" ;; esac
+        echo "rank $r: ${line#*ms: }"
+    done
+    grep -q "size" "$err" || fail "no error mentions the size"
+    echo "every rank failed $((end - start)) ms after the start (timeout 30000 ms)"
+    ;;
+exit)
+    # A rank exiting non-zero while the others run on: they are stopped within seconds.
+    start=$(now_ms)
+    "$run" -n 3 --stop-after-ms 200 --grace-ms 1000 sh -c 'if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi; exec sleep 60' >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -eq 3 ] || fail "chorusrun exited $rc, not rank 1's 3"
+    expect "$err" "chorusrun: rank 1 failed first (exit code 3)"
+    [ $((end - start)) -lt 10000 ] || fail "the other ranks were not stopped within 10 s"
+    echo "chorusrun stopped the job and exited with 3 after $((end - start)) ms"
+    ;;
+signal)
+    # SIGINT to chorusrun reaches every rank.
+    "$run" -n 2 sh -c 'trap "echo got INT; exit 5" INT; while :; do sleep 0.05; done' >"$out" 2>"$err" &
+    pid=$!
+    sleep 0.5
+    start=$(now_ms)
+    kill -INT "$pid"
+    wait "$pid"
+    rc=$? end=$(now_ms)
+    pid=
+    [ "$rc" -eq 130 ] || fail "chorusrun exited $rc, not 130"
+    for r in 0 1; do expect "$out" "^\[rank$r\] got INT"; done
+    echo "SIGINT forwarded to both ranks; chorusrun exited 130 after $((end - start)) ms"
+    ;;
+*)
+    echo "unknown case $case_name" >&2
+    exit 2
+    ;;
+esac

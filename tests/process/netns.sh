@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Multi-host tests on one machine: every rank in its own network namespace ("host"), the
+# namespaces joined by veth links to a bridge in one more namespace, addresses from
+# 192.0.2.0/24 and fd00::/8 (documentation / unique-local ranges, visible only inside these
+# namespaces). Each host runs `chorusrun --nnodes 4 --node-rank i -n 1`, MASTER_ADDR is host 0's
+# address. Checks: the seed's examples, a randomized allreduce/alltoallv stress run over IPv4
+# (the mesh on a second network chosen with CHORUS_SOCKET_IFNAME=eth1) and IPv6, the full collective matrix,
+# and the stress run again with 5% of incoming TCP packets dropped by nftables on every host.
+#
+# Usage: netns.sh CHORUSRUN PROCESS_CHECK [EXAMPLE...]
+# Needs root, iproute2 and nftables; exits 77 (ctest: skipped) with the reason otherwise.
+set -uo pipefail
+run=$1 check=$2
+shift 2
+examples=("$@")
+hosts=4
+
+skip() {
+    echo "SKIPPED: $*"
+    exit 77
+}
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
+command -v ip >/dev/null || skip "needs iproute2 (ip)"
+command -v nft >/dev/null || skip "needs nftables (nft)"
+
+id=$$
+bridge_ns=chorus-$id-br
+ns() { echo "chorus-$id-h$1"; }
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/chorus-netns.XXXXXX")
+cleanup() {
+    for i in $(seq 0 $((hosts - 1))); do ip netns pids "$(ns "$i")" 2>/dev/null | xargs -r kill -KILL 2>/dev/null; done
+    for i in $(seq 0 $((hosts - 1))); do ip netns del "$(ns "$i")" 2>/dev/null; done
+    ip netns del "$bridge_ns" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+ip netns add "$bridge_ns" 2>"$tmp/err" || skip "cannot create a network namespace: $(cat "$tmp/err")"
+ip -n "$bridge_ns" link add br0 type bridge || exit 1
+ip -n "$bridge_ns" link add br1 type bridge || exit 1
+ip -n "$bridge_ns" link set br0 up
+ip -n "$bridge_ns" link set br1 up
+ip -n "$bridge_ns" link set lo up
+for i in $(seq 0 $((hosts - 1))); do
+    n=$(ns "$i")
+    ip netns add "$n" || exit 1
+    # Created in the bridge namespace, so the temporary names cannot clash with other jobs.
+    ip -n "$bridge_ns" link add "b$i" type veth peer name eth0 netns "$n" || exit 1
+    ip -n "$bridge_ns" link set "b$i" master br0 up
+    ip -n "$n" link set lo up
+    ip -n "$n" addr add "192.0.2.$((10 + i))/24" dev eth0
+    ip -n "$n" addr add "fd00::$((10 + i))/64" dev eth0 nodad
+    ip -n "$n" link set eth0 up
+    # A second network (eth1, 198.51.100.0/24) for the CHORUS_SOCKET_IFNAME check.
+    ip -n "$bridge_ns" link add "c$i" type veth peer name eth1 netns "$n" || exit 1
+    ip -n "$bridge_ns" link set "c$i" master br1 up
+    ip -n "$n" addr add "198.51.100.$((10 + i))/24" dev eth1
+    ip -n "$n" link set eth1 up
+done
+# No wait for links or neighbours: the rendezvous retries with back-off until its deadline.
+
+export CHORUS_JOB_TOKEN=netns-test-$id-$RANDOM
+failures=0
+# job NAME MASTER_ADDR [ENV=VALUE...] -- PROGRAM ARGS...: one rank per host; all must pass.
+job() {
+    local name=$1 master=$2
+    shift 2
+    local envs=()
+    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+    shift
+    local start end pids=() rc i bad=0
+    start=$(date +%s%3N)
+    for i in $(seq 0 $((hosts - 1))); do
+        ip netns exec "$(ns "$i")" env "${envs[@]}" "$run" --nnodes $hosts --node-rank "$i" -n 1 \
+            --master-addr "$master" --master-port 29500 --timeout-ms 60000 "$@" >"$tmp/$name.$i.out" 2>"$tmp/$name.$i.err" &
+        pids+=($!)
+    done
+    for i in $(seq 0 $((hosts - 1))); do
+        wait "${pids[$i]}"
+        rc=$?
+        if [ "$rc" -ne 0 ]; then
+            bad=1
+            echo "--- $name: host $i exited $rc"
+            cat "$tmp/$name.$i.out" "$tmp/$name.$i.err"
+        fi
+    done
+    end=$(date +%s%3N)
+    if [ "$bad" -ne 0 ]; then
+        echo "FAIL: $name"
+        failures=$((failures + 1))
+    else
+        echo "ok: $name ($((end - start)) ms)"
+        [ -n "${show:-}" ] && cat "$tmp/$name".*.out
+    fi
+    return 0
+}
+
+for e in "${examples[@]}"; do
+    show=1 job "example-$(basename "$e")" 192.0.2.10 -- "$e"
+done
+# The rendezvous goes to host 0 over eth0, but every rank advertises its eth1 address, so
+# the mesh (all the data) must cross the second network: host 0 counts TCP packets on eth1.
+ip netns exec "$(ns 0)" nft -f - <<'EOF' || { echo "FAIL: nft"; exit 1; }
+table inet chorus_ifname {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        iifname "eth1" meta l4proto tcp counter
+    }
+}
+EOF
+job stress-ipv4-ifname-eth1 192.0.2.10 CHORUS_SOCKET_IFNAME=eth1 -- "$check" stress 2024 30
+eth1=$(ip netns exec "$(ns 0)" nft list table inet chorus_ifname | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+echo "host 0 received ${eth1:-0} TCP packets on eth1 (the CHORUS_SOCKET_IFNAME network)"
+[ "${eth1:-0}" -gt 100 ] || { echo "FAIL: the mesh did not use eth1"; failures=$((failures + 1)); }
+job stress-ipv6 fd00::10 -- "$check" stress 2025 30
+job matrix-ipv6 "[fd00::10]" -- "$check" matrix
+
+# 5% loss on every host's incoming TCP packets: TCP retransmits, results stay exact.
+for i in $(seq 0 $((hosts - 1))); do
+    ip netns exec "$(ns "$i")" nft -f - <<'EOF' || { echo "FAIL: nft"; exit 1; }
+table inet chorus_loss {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        meta l4proto tcp numgen random mod 100 < 5 counter drop
+    }
+}
+EOF
+done
+job stress-ipv4-5pct-loss 192.0.2.10 -- "$check" stress 2026 40
+dropped=0
+for i in $(seq 0 $((hosts - 1))); do
+    d=$(ip netns exec "$(ns "$i")" nft list table inet chorus_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+    dropped=$((dropped + ${d:-0}))
+done
+echo "nftables dropped $dropped TCP packets during the lossy run"
+[ "$dropped" -gt 0 ] || { echo "FAIL: the drop rule dropped nothing"; failures=$((failures + 1)); }
+
+[ "$failures" -eq 0 ] || { echo "$failures job(s) failed"; exit 1; }
+echo "all multi-host jobs passed"

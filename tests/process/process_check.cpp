@@ -1,0 +1,144 @@
+// SPDX-License-Identifier: MIT
+// One rank of a multi-process test over tcp_transport, started by chorusrun (or by hand with
+// RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). The mode says what the job does:
+//
+//   process_check matrix             every collective x algorithm x op x type x size against
+//                                    the oracle (support/collective_matrix.hpp)
+//   process_check stress SEED ITERS  randomized allreduce / alltoallv sizes (same sequence on
+//                                    every rank), each checked
+//   process_check kill R MS          ranks loop over large allreduces; rank R SIGKILLs itself
+//                                    MS ms after its first one, mid-collective. The others must
+//                                    fail naming R.
+//   process_check mismatch           rank 1 passes a different allreduce size than the others
+//   process_check absent R           rank R never joins (sleeps): the rendezvous must time out
+//   process_check late R MS          rank R joins MS ms late (time for a test to send stray
+//                                    connections to the master meanwhile), then `matrix`-lite
+//
+// Exit status: 0 when every check passed; 1 with "rank r: error: ..." on stderr when a chorus
+// error was raised; 2 on wrong results. Every line a test looks for starts with "rank r:".
+
+#include <chorus/chorus.hpp>
+#include <chorus/transport/tcp.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../support/collective_matrix.hpp"
+
+namespace {
+
+using chorus::rank_t;
+
+long long epoch_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+int env_rank() {
+    char const* r = std::getenv("RANK");
+    return r ? std::atoi(r) : 0;
+}
+
+int report(chorus::tcp_transport const& tp, oracle::failures const& f, long checks, char const* what) {
+    if (f.count() != 0) {
+        std::fprintf(stderr, "rank %d: %zu of %ld %s checks wrong:\n%s", tp.rank(), f.count(), checks, what, f.report().c_str());
+        return 2;
+    }
+    std::printf("rank %d: %s passed (%d ranks)\n", tp.rank(), what, tp.size());
+    return 0;
+}
+
+// Random sizes from a seed every rank shares; results against closed forms.
+int stress(chorus::tcp_transport& tp, unsigned seed, int iterations) {
+    oracle::failures f;
+    std::mt19937 gen(seed);
+    rank_t const p = tp.size(), me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    for (int it = 0; it < iterations; ++it) {
+        std::size_t const n = std::uniform_int_distribution<std::size_t>(0, 1u << 17)(gen) >> (gen() % 10);
+        std::string const at = " iteration " + std::to_string(it) + " n=" + std::to_string(n);
+        std::vector<float> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::sum, me, i + static_cast<std::size_t>(it));
+        chorus::allreduce(tp, v, chorus::sum{});
+        oracle::compare(f, "allreduce" + at, v, [&](std::size_t i) {
+            return oracle::expected<float>(oracle::op_kind::sum, p, i + static_cast<std::size_t>(it));
+        });
+        // alltoallv: rank i sends (i + j + it) % 5 * m elements to rank j (zeros included).
+        std::size_t const m = n / 16;
+        auto const count = [&](rank_t i, rank_t j) { return static_cast<std::size_t>((i + j + it) % 5) * m; };
+        auto const element = [&](rank_t i, rank_t j, std::size_t k) { return static_cast<int>(i * 1000003 + j * 1009 + it) + static_cast<int>(k % 997); };
+        std::vector<std::size_t> sc(up), rc(up);
+        std::vector<int> send, want;
+        for (rank_t j = 0; j < p; ++j) {
+            sc[static_cast<std::size_t>(j)] = count(me, j);
+            rc[static_cast<std::size_t>(j)] = count(j, me);
+            for (std::size_t k = 0; k < count(me, j); ++k) send.push_back(element(me, j, k));
+        }
+        for (rank_t i = 0; i < p; ++i)
+            for (std::size_t k = 0; k < count(i, me); ++k) want.push_back(element(i, me, k));
+        std::vector<int> recv(want.size(), -1);
+        chorus::alltoallv(tp, send, sc, recv, rc);
+        oracle::compare(f, "alltoallv" + at, recv, [&](std::size_t x) { return want[x]; });
+    }
+    return report(tp, f, 2L * iterations, "stress");
+}
+
+int kill_mid(chorus::tcp_transport& tp, rank_t victim, int ms) {
+    std::printf("rank %d: in the allreduce loop\n", tp.rank());
+    std::fflush(stdout);
+    std::vector<float> v(1u << 20, 1.0f);  // 4 MiB: each allreduce takes a while
+    for (long i = 0;; ++i) {
+        chorus::allreduce<chorus::ring>(tp, v, chorus::maximum{});
+        // The clock starts once the first allreduce is done (slow under a sanitizer), so the
+        // victim dies in the middle of a later one.
+        if (i == 0 && tp.rank() == victim) {
+            std::thread([ms, victim] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                std::printf("rank %d: killing myself at %lld ms\n", victim, epoch_ms());
+                std::fflush(stdout);
+                std::raise(SIGKILL);
+            }).detach();
+        }
+    }
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::string const mode = argc > 1 ? argv[1] : "matrix";
+    auto arg = [&](int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; };
+    try {
+        if (mode == "absent" && env_rank() == arg(2, 1)) {
+            std::this_thread::sleep_for(std::chrono::minutes(10));  // chorusrun stops us
+            return 0;
+        }
+        if (mode == "late" && env_rank() == arg(2, 1)) std::this_thread::sleep_for(std::chrono::milliseconds(arg(3, 1000)));
+
+        auto tp = chorus::tcp_transport::from_env();
+        if (mode == "matrix") {
+            oracle::failures f;
+            checks::all(tp, f);
+            chorus::barrier(tp);
+            return report(tp, f, 0, "matrix");
+        }
+        if (mode == "stress") return stress(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 50));
+        if (mode == "late") return stress(tp, 7, 10);
+        if (mode == "kill") return kill_mid(tp, arg(2, 1), arg(3, 300));
+        if (mode == "mismatch") {
+            std::vector<double> v(tp.rank() == 1 ? 1001 : 1000, 1.0);
+            chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
+            std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
+            return 2;
+        }
+        std::fprintf(stderr, "process_check: unknown mode '%s'\n", mode.c_str());
+        return 64;
+    } catch (chorus::error const& e) {
+        std::fprintf(stderr, "rank %d: error at %lld ms: %s\n", env_rank(), epoch_ms(), e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+
+// The collective test matrix: every collective x every algorithm x sizes {0, 1, p-1, p+1, 4099}
+// x every op x int/float/double, checked against the closed forms of oracle.hpp. Each check
+// is a function template over the transport, run by every rank of a group: collectives_test.cpp
+// runs them over loopback ranks for p in {1,2,3,4,5,7,8}, tests/process/ over tcp_transport
+// in real processes started by chorusrun.
+
+#include "oracle.hpp"
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <chorus/chorus.hpp>
+
+namespace checks {
+
+using namespace oracle;
+using chorus::rank_t;
+
+inline std::string label(char const* collective, char const* algo, rank_t p, std::size_t n, char const* extra = "") {
+    return std::string(collective) + "<" + algo + "> p=" + std::to_string(p) + " n=" + std::to_string(n) + " " + extra;
+}
+
+template <class T>
+char const* type_name() {
+    if constexpr (std::is_same_v<T, int>)
+        return "int";
+    else if constexpr (std::is_same_v<T, float>)
+        return "float";
+    else if constexpr (std::is_same_v<T, double>)
+        return "double";
+    else
+        return "T";
+}
+
+template <class Algo>
+constexpr char const* algo_name() {
+    if constexpr (std::is_same_v<Algo, chorus::ring>)
+        return "ring";
+    else if constexpr (std::is_same_v<Algo, chorus::tree>)
+        return "tree";
+    else if constexpr (std::is_same_v<Algo, chorus::linear>)
+        return "linear";
+    else if constexpr (std::is_same_v<Algo, chorus::recursive_doubling>)
+        return "recursive_doubling";
+    else if constexpr (std::is_same_v<Algo, chorus::rabenseifner>)
+        return "rabenseifner";
+    else if constexpr (std::is_same_v<Algo, chorus::pairwise>)
+        return "pairwise";
+    else
+        return "automatic";
+}
+
+template <class... Algos, class F>
+void for_each_algo(F&& f) {
+    (f.template operator()<Algos>(), ...);
+}
+
+// The rank whose data a rooted collective starts from: first, last and middle rank.
+inline std::vector<rank_t> roots(rank_t p) {
+    return p == 1 ? std::vector<rank_t>{0} : std::vector<rank_t>{0, p - 1, p / 2};
+}
+
+template <class T>
+T payload(rank_t r, std::size_t i) {
+    return static_cast<T>((r * 1000 + static_cast<long long>(i)) % 30011);
+}
+
+/// allreduce: every algorithm, op, type and size against the oracle
+template <class Tp>
+void allreduce(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    for_each_algo<chorus::ring, chorus::rabenseifner, chorus::recursive_doubling, chorus::tree, chorus::automatic>(
+        [&]<class Algo>() {
+            for_each_type<int, float, double>([&]<class T>() {
+                for_each_op<T>([&](op_kind k, auto op) {
+                    for (std::size_t n : sizes(p)) {
+                        std::vector<T> v(n);
+                        for (std::size_t i = 0; i < n; ++i) v[i] = value<T>(k, tp.rank(), i);
+                        chorus::allreduce<Algo>(tp, v, op);
+                        compare(f, label("allreduce", algo_name<Algo>(), p, n, name(k)) + " " + type_name<T>(), v,
+                                [&](std::size_t i) { return expected<T>(k, p, i); });
+                    }
+                });
+            });
+        });
+}
+
+/// allreduce: a non-commutative op keeps rank order in every order-preserving algorithm
+template <class Tp>
+void allreduce_noncommutative(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    for_each_algo<chorus::rabenseifner, chorus::recursive_doubling, chorus::tree, chorus::automatic>([&]<class Algo>() {
+        for (std::size_t n : sizes(p)) {
+            std::vector<mat2> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = matrix(tp.rank(), i);
+            chorus::allreduce<Algo>(tp, v, matmul{});
+            compare(f, label("allreduce", algo_name<Algo>(), p, n, "matmul"), v,
+                    [&](std::size_t i) { return matrix_product(p, i); });
+        }
+    });
+}
+
+/// allreduce: a user lambda marked commutative runs on the ring
+template <class Tp>
+void allreduce_user_commutative(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    auto const input = [](rank_t r, std::size_t i) {
+        return (r % 2 ? -1L : 1L) * ((static_cast<long>(r) * 131 + static_cast<long>(i) * 17) % 97 * 8 + r);
+    };
+    auto const absmax = chorus::commutative([](long a, long b) { return (a < 0 ? -a : a) < (b < 0 ? -b : b) ? b : a; });
+    static_assert(chorus::commutative_reduce_op<decltype(absmax), long>);
+    for (std::size_t n : sizes(p)) {
+        std::vector<long> v(n);
+        // Distinct magnitudes per element, so ties never decide the result.
+        for (std::size_t i = 0; i < n; ++i) v[i] = input(tp.rank(), i);
+        chorus::allreduce<chorus::ring>(tp, v, absmax);
+        compare(f, label("allreduce", "ring", p, n, "absmax"), v, [&](std::size_t i) {
+            long best = 0;
+            for (rank_t r = 0; r < p; ++r) {
+                long const x = input(r, i);
+                if (r == 0 || (x < 0 ? -x : x) > (best < 0 ? -best : best)) best = x;
+            }
+            return best;
+        });
+    }
+}
+
+/// reduce: every root, op, type and size; in place and into a separate buffer
+template <class Tp>
+void reduce(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    for_each_type<int, float, double>([&]<class T>() {
+        for_each_op<T>([&](op_kind k, auto op) {
+            for (rank_t root : roots(p))
+                for (std::size_t n : sizes(p)) {
+                    std::vector<T> send(n), recv(me == root ? n : 0);
+                    for (std::size_t i = 0; i < n; ++i) send[i] = value<T>(k, me, i);
+                    std::vector<T> const original = send;
+                    chorus::reduce<chorus::tree>(tp, send, recv, op, root);
+                    std::string const what = label("reduce", "tree", p, n, name(k)) + " root=" + std::to_string(root);
+                    if (me == root) compare(f, what, recv, [&](std::size_t i) { return expected<T>(k, p, i); });
+                    compare(f, what + " (send untouched)", send, [&](std::size_t i) { return original[i]; });
+                    chorus::reduce(tp, send, op, root);  // in place, automatic
+                    if (me == root)
+                        compare(f, what + " in place", send, [&](std::size_t i) { return expected<T>(k, p, i); });
+                    else
+                        compare(f, what + " in place (non-root untouched)", send,
+                                [&](std::size_t i) { return original[i]; });
+                }
+        });
+    });
+    for (rank_t root : roots(p))
+        for (std::size_t n : sizes(p)) {
+            std::vector<mat2> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = matrix(me, i);
+            chorus::reduce(tp, v, matmul{}, root);
+            if (me == root)
+                compare(f, label("reduce", "tree", p, n, "matmul") + " root=" + std::to_string(root), v,
+                        [&](std::size_t i) { return matrix_product(p, i); });
+        }
+}
+
+/// reduce_scatter: ring and tree, every op, type and size
+template <class Tp>
+void reduce_scatter(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    for_each_algo<chorus::ring, chorus::tree, chorus::automatic>([&]<class Algo>() {
+        for_each_type<int, float, double>([&]<class T>() {
+            for_each_op<T>([&](op_kind k, auto op) {
+                for (std::size_t n : sizes(p)) {
+                    std::vector<T> send(up * n), recv(n);
+                    for (std::size_t i = 0; i < up * n; ++i) send[i] = value<T>(k, me, i);
+                    chorus::reduce_scatter<Algo>(tp, send, recv, op);
+                    compare(f, label("reduce_scatter", algo_name<Algo>(), p, n, name(k)) + " " + type_name<T>(), recv,
+                            [&](std::size_t i) { return expected<T>(k, p, static_cast<std::size_t>(me) * n + i); });
+                }
+            });
+        });
+    });
+    for_each_algo<chorus::tree, chorus::automatic>([&]<class Algo>() {
+        for (std::size_t n : sizes(p)) {
+            std::vector<mat2> send(up * n), recv(n);
+            for (std::size_t i = 0; i < up * n; ++i) send[i] = matrix(me, i);
+            chorus::reduce_scatter<Algo>(tp, send, recv, matmul{});
+            compare(f, label("reduce_scatter", algo_name<Algo>(), p, n, "matmul"), recv,
+                    [&](std::size_t i) { return matrix_product(p, static_cast<std::size_t>(me) * n + i); });
+        }
+    });
+}
+
+/// broadcast: tree and linear, every root, type and size
+template <class Tp>
+void broadcast(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    for_each_algo<chorus::tree, chorus::linear, chorus::automatic>([&]<class Algo>() {
+        for_each_type<int, float, double>([&]<class T>() {
+            for (rank_t root : roots(p))
+                for (std::size_t n : sizes(p)) {
+                    std::vector<T> v(n, T{-1});
+                    if (tp.rank() == root)
+                        for (std::size_t i = 0; i < n; ++i) v[i] = payload<T>(root, i);
+                    chorus::broadcast<Algo>(tp, v, root);
+                    compare(
+                        f,
+                        label("broadcast", algo_name<Algo>(), p, n, type_name<T>()) + " root=" + std::to_string(root),
+                        v, [&](std::size_t i) { return payload<T>(root, i); });
+                }
+        });
+    });
+    // A user-supplied tree: the binary tree rooted at the last rank.
+    std::vector<int> v(5, tp.rank() == p - 1 ? 42 : 0);
+    chorus::tree_broadcast(tp, chorus::binary_tree(p, p - 1), std::span<int>(v));
+    compare(f, "tree_broadcast over binary_tree", v, [](std::size_t) { return 42; });
+}
+
+/// scatter and gather: every root, type and size
+template <class Tp>
+void scatter_gather(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    for_each_type<int, float, double>([&]<class T>() {
+        for (rank_t root : roots(p))
+            for (std::size_t n : sizes(p)) {
+                std::vector<T> all(me == root ? up * n : 0), mine(n, T{-1});
+                for (std::size_t i = 0; i < all.size(); ++i) all[i] = payload<T>(static_cast<rank_t>(i / n), i % n);
+                chorus::scatter(tp, all, mine, root);
+                std::string const where = std::string(type_name<T>()) + " root=" + std::to_string(root);
+                compare(f, label("scatter", "linear", p, n, where.c_str()), mine,
+                        [&](std::size_t i) { return payload<T>(me, i); });
+                std::vector<T> gathered(me == root ? up * n : 0, T{-1});
+                chorus::gather<chorus::linear>(tp, mine, gathered, root);
+                compare(f, label("gather", "linear", p, n, where.c_str()), gathered,
+                        [&](std::size_t i) { return payload<T>(static_cast<rank_t>(i / n), i % n); });
+            }
+    });
+}
+
+/// allgather: every type and size
+template <class Tp>
+void allgather(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    auto const up = static_cast<std::size_t>(p);
+    for_each_type<int, float, double>([&]<class T>() {
+        for (std::size_t n : sizes(p)) {
+            std::vector<T> mine(n), all(up * n, T{-1});
+            for (std::size_t i = 0; i < n; ++i) mine[i] = payload<T>(tp.rank(), i);
+            chorus::allgather<chorus::ring>(tp, mine, all);
+            compare(f, label("allgather", "ring", p, n, type_name<T>()), all,
+                    [&](std::size_t i) { return payload<T>(static_cast<rank_t>(i / n), i % n); });
+        }
+    });
+}
+
+/// alltoall: the transpose, every type and size
+template <class Tp>
+void alltoall(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    // Element k of the block rank i sends to rank j.
+    auto const block_value = [](rank_t i, rank_t j, std::size_t k) {
+        return (i * 100 + j) * 10000 + static_cast<long long>(k);
+    };
+    for_each_type<int, float, double>([&]<class T>() {
+        for (std::size_t n : sizes(p)) {
+            std::vector<T> send(up * n), recv(up * n, T{-1});
+            for (std::size_t x = 0; x < up * n; ++x)
+                send[x] = static_cast<T>(block_value(me, static_cast<rank_t>(x / n), x % n) % 30011);
+            chorus::alltoall<chorus::pairwise>(tp, send, recv);
+            compare(f, label("alltoall", "pairwise", p, n, type_name<T>()), recv, [&](std::size_t x) {
+                return static_cast<T>(block_value(static_cast<rank_t>(x / n), me, x % n) % 30011);
+            });
+        }
+    });
+}
+
+/// alltoallv: skewed counts with zero blocks, packed and with explicit displacements
+template <class Tp>
+void alltoallv(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    for (std::size_t n : sizes(p)) {
+        // Rank i sends count(i, j) elements to rank j: skewed, with zeros.
+        auto const count = [&](rank_t i, rank_t j) { return static_cast<std::size_t>((i * 3 + j * 5) % 4) * n; };
+        auto const element = [](rank_t i, rank_t j, std::size_t k) {
+            return static_cast<double>(i * 1000000 + j * 10000) + static_cast<double>(k);
+        };
+        std::vector<std::size_t> sc(up), rc(up);
+        for (rank_t j = 0; j < p; ++j) {
+            sc[static_cast<std::size_t>(j)] = count(me, j);
+            rc[static_cast<std::size_t>(j)] = count(j, me);
+        }
+        std::vector<double> send, want;
+        for (rank_t j = 0; j < p; ++j)
+            for (std::size_t k = 0; k < count(me, j); ++k) send.push_back(element(me, j, k));
+        for (rank_t i = 0; i < p; ++i)
+            for (std::size_t k = 0; k < count(i, me); ++k) want.push_back(element(i, me, k));
+        std::vector<double> recv(want.size(), -1.0);
+        chorus::alltoallv(tp, send, sc, recv, rc);
+        compare(f, label("alltoallv", "pairwise", p, n, "packed"), recv, [&](std::size_t x) { return want[x]; });
+
+        // Explicit displacements: receive blocks in reverse rank order with a one-element gap
+        // between them; the gaps must stay untouched.
+        std::vector<int> rd(up), rci(up);
+        int offset = 0;
+        for (rank_t i = p - 1; i >= 0; --i) {
+            rd[static_cast<std::size_t>(i)] = offset;
+            rci[static_cast<std::size_t>(i)] = static_cast<int>(count(i, me));
+            offset += rci[static_cast<std::size_t>(i)] + 1;
+        }
+        std::vector<long> sd(up);
+        long packed = 0;
+        for (std::size_t j = 0; j < up; ++j) {
+            sd[j] = packed;
+            packed += static_cast<long>(sc[j]);
+        }
+        std::vector<double> spaced(static_cast<std::size_t>(offset), -7.0);
+        chorus::alltoallv(tp, send, sc, sd, spaced, rci, rd);
+        std::vector<double> spaced_want(spaced.size(), -7.0);
+        for (rank_t i = 0; i < p; ++i)
+            for (std::size_t k = 0; k < count(i, me); ++k)
+                spaced_want[static_cast<std::size_t>(rd[static_cast<std::size_t>(i)]) + k] = element(i, me, k);
+        compare(f, label("alltoallv", "pairwise", p, n, "displacements"), spaced,
+                [&](std::size_t x) { return spaced_want[x]; });
+    }
+}
+
+/// Every check above, in a fixed order (all ranks must run the same sequence).
+template <class Tp>
+void all(Tp& tp, failures& f) {
+    allreduce(tp, f);
+    allreduce_noncommutative(tp, f);
+    allreduce_user_commutative(tp, f);
+    reduce(tp, f);
+    reduce_scatter(tp, f);
+    broadcast(tp, f);
+    scatter_gather(tp, f);
+    allgather(tp, f);
+    alltoall(tp, f);
+    alltoallv(tp, f);
+}
+
+}  // namespace matrix
