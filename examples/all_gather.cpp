@@ -36,22 +36,9 @@ int run(chorus::tcp_transport& tp) {
     std::cout << "after gathered = " << example::format_list(gathered) << std::endl;
     std::vector<float> expected(world);
     for (std::size_t i = 0; i < world; ++i) expected[i] = static_cast<float>(i);
-    if (gathered != expected) {
-        std::cerr << "allgather: rank " << tp.rank() << " got " << example::format_list(gathered) << ", expected "
-                  << example::format_list(expected) << std::endl;
-        return 1;
-    }
-    return 0;
+    return example::check("allgather", tp.rank(), gathered, expected) ? 0 : 1;
 }
 
 } // namespace
 
-int main() {
-    try {
-        auto tp = chorus::tcp_transport::from_env();
-        return run(tp);
-    } catch (chorus::error const& e) {
-        std::cerr << "error: " << e.what() << std::endl;
-        return 1;
-    }
-}
+int main() { return example::run_rank(run); }

@@ -54,12 +54,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() {
-    try {
-        auto tp = chorus::tcp_transport::from_env();
-        return run(tp);
-    } catch (chorus::error const& e) {
-        std::cerr << "error: " << e.what() << std::endl;
-        return 1;
-    }
-}
+int main() { return example::run_rank(run); }

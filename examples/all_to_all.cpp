@@ -97,13 +97,9 @@ bool variable_size(chorus::tcp_transport& tp) {
 } // namespace
 
 int main() {
-    try {
-        auto tp = chorus::tcp_transport::from_env();
+    return example::run_rank([](chorus::tcp_transport& tp) {
         bool const ok_equal = equal_size(tp);
         bool const ok_variable = variable_size(tp);
         return ok_equal && ok_variable ? 0 : 1;
-    } catch (chorus::error const& e) {
-        std::cerr << "error: " << e.what() << std::endl;
-        return 1;
-    }
+    });
 }

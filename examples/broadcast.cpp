@@ -32,22 +32,9 @@ int run(chorus::tcp_transport& tp) {
     chorus::broadcast(tp, tensor, /*root=*/0);
 
     std::cout << "after = " << example::format_list(tensor) << std::endl;
-    if (tensor != root_data) {
-        std::cerr << "broadcast: rank " << tp.rank() << " got " << example::format_list(tensor) << ", expected "
-                  << example::format_list(root_data) << std::endl;
-        return 1;
-    }
-    return 0;
+    return example::check("broadcast", tp.rank(), tensor, root_data) ? 0 : 1;
 }
 
 } // namespace
 
-int main() {
-    try {
-        auto tp = chorus::tcp_transport::from_env();
-        return run(tp);
-    } catch (chorus::error const& e) {
-        std::cerr << "error: " << e.what() << std::endl;
-        return 1;
-    }
-}
+int main() { return example::run_rank(run); }

@@ -5,7 +5,12 @@
 
 #include <charconv>
 #include <concepts>
+#include <exception>
+#include <iostream>
 #include <string>
+
+#include <chorus/chorus.hpp>
+#include <chorus/transport/tcp.hpp>
 
 namespace example {
 
@@ -34,6 +39,30 @@ std::string format_list(Range const& values, char const* sep = ", ") {
         before = sep;
     }
     return s + "]";
+}
+
+/// Whether got == want; if not, says so on stderr ("<what>: rank r got [...], expected [...]"),
+/// so that a wrong result fails the example (and its test) with the values in view.
+template <class Range>
+bool check(char const* what, int rank, Range const& got, Range const& want) {
+    if (got == want) return true;
+    std::cerr << what << ": rank " << rank << " got " << format_list(got) << ", expected " << format_list(want)
+              << std::endl;
+    return false;
+}
+
+/// main() of every example: joins the job a launcher started (chorusrun, torchrun, srun,
+/// mpirun: tcp_transport::from_env) and returns body(tp) as the exit status; a chorus error
+/// (a peer that died, a timeout, a missing variable) is printed and exits 1.
+template <class Body>
+int run_rank(Body body) {
+    try {
+        auto tp = chorus::tcp_transport::from_env();
+        return body(tp);
+    } catch (chorus::error const& e) {
+        std::cerr << "error: " << e.what() << std::endl;
+        return 1;
+    }
 }
 
 } // namespace example

@@ -102,8 +102,7 @@ bool run_case(chorus::tcp_transport& tp, std::size_t n, std::string const& label
 } // namespace
 
 int main() {
-    try {
-        auto tp = chorus::tcp_transport::from_env();
+    return example::run_rank([](chorus::tcp_transport& tp) {
         auto const p = static_cast<std::size_t>(tp.size());
         auto const n = [](std::size_t count) { return "n=" + std::to_string(count); };
         bool const seed_case = run_case(tp, 2 * p, n(2 * p) + ": from scratch == chorus::allreduce ? ", tp.rank() == 0);
@@ -112,8 +111,5 @@ int main() {
             p == 1 || run_case(tp, 2 * p + 1, n(2 * p + 1) + " (not a multiple of " + std::to_string(p) + "): ", false);
         bool const sparse = p == 1 || run_case(tp, p - 1, n(p - 1) + " (fewer elements than ranks): ", false);
         return seed_case && uneven && sparse ? 0 : 1;
-    } catch (chorus::error const& e) {
-        std::cerr << "error: " << e.what() << std::endl;
-        return 1;
-    }
+    });
 }
