@@ -16,6 +16,6 @@ run() {
 }
 
 run build -DCHORUS_WERROR=ON
-run build-tsan -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF
-run build-asan -DCHORUS_SANITIZE=address,undefined -DCHORUS_BUILD_EXAMPLES=OFF
+run build-tsan -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
+run build-asan -DCHORUS_SANITIZE=address,undefined -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
 echo "=== all tests passed"

@@ -60,7 +60,18 @@
 #include <utility>
 #include <vector>
 
-#include <asio.hpp>
+// Only the parts of Asio used here, not <asio.hpp>: it is most of a user's compile time.
+#include <asio/buffer.hpp>
+#include <asio/connect.hpp>
+#include <asio/error.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
 
 #include <ifaddrs.h>     // getifaddrs: CHORUS_SOCKET_IFNAME
 #include <sys/socket.h>  // getsockname/getsockopt: a launcher's master socket

@@ -1,0 +1,491 @@
+// SPDX-License-Identifier: MIT
+// chorus_bench: nccl-tests style benchmark of every collective and algorithm over
+// tcp_transport, one rank per process.
+//
+// Usage: chorusrun -n 4 build/bench/chorus_bench [options]
+//   -b BYTES -e BYTES -f FACTOR   sizes from -b to -e, times FACTOR (default 8, 64M, 4);
+//                                 K/M/G suffixes are powers of 1024
+//   --sizes 8,1K,64K,1M           an explicit list instead
+//   --ops allreduce,broadcast     which collectives (default: all of allreduce broadcast
+//                                 reduce allgather reduce_scatter alltoall alltoallv barrier)
+//   --algo auto|all|NAME[,NAME]   which algorithms (default auto: chorus's own choice;
+//                                 all: every algorithm of each collective)
+//   --dtype float|double|int32|int64   element type (default float)
+//   --op sum|prod|min|max|avg     reduce op (default sum; other than sum for float only)
+//   -w N -n N                     warm-up and timed iterations (default: by size, as the
+//                                 peers' benchmarks: 20+200 up to 64 KiB, 5+50 up to 1 MiB,
+//                                 2+20 up to 16 MiB, 2+10 above)
+//   --iter-scale S                scales that default (at least 1 warm-up, 3 timed), as
+//                                 PEERS_ITER_SCALE does for the peers
+//   --csv | --json                output format (default: a table)
+//
+// Method (the same as ../shared/peers/bench_common.h, so rows compare one to one): for each
+// iteration, refill the inputs and reset the outputs (untimed), barrier (untimed), time the one
+// collective call on every rank, check every output element (untimed). An iteration's time is
+// the maximum over ranks; a row reports the median over timed iterations. `bytes` is the largest
+// per-rank buffer as nccl-tests defines it (allgather: the gathered output; reduce_scatter: the
+// input; alltoall(v): the send buffer); busbw = algbw x the nccl-tests factor (allreduce
+// 2(n-1)/n; allgather, reduce_scatter, alltoall(v) (n-1)/n; broadcast and reduce 1). `wrong` is
+// the number of wrong output elements over all ranks and iterations; it must be 0.
+
+#include <chorus/chorus.hpp>
+#include <chorus/transport/tcp.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using chorus::rank_t;
+
+// ---- options ----------------------------------------------------------------------------
+
+std::size_t parse_bytes(std::string const& s) {
+    std::size_t used = 0;
+    double const v = std::stod(s, &used);
+    std::size_t mult = 1;
+    if (used < s.size()) {
+        switch (s[used]) {
+        case 'k': case 'K': mult = std::size_t{1} << 10; break;
+        case 'm': case 'M': mult = std::size_t{1} << 20; break;
+        case 'g': case 'G': mult = std::size_t{1} << 30; break;
+        default: throw std::invalid_argument("bad size '" + s + "'");
+        }
+    }
+    return static_cast<std::size_t>(v * static_cast<double>(mult));
+}
+
+std::vector<std::string> split(std::string const& s) {
+    std::vector<std::string> out;
+    std::size_t pos = 0;
+    while (pos <= s.size()) {
+        std::size_t end = s.find(',', pos);
+        if (end == std::string::npos) end = s.size();
+        if (end > pos) out.push_back(s.substr(pos, end - pos));
+        pos = end + 1;
+    }
+    return out;
+}
+
+struct options {
+    std::vector<std::size_t> sizes;
+    std::vector<std::string> ops{"allreduce", "broadcast", "reduce", "allgather", "reduce_scatter", "alltoall", "alltoallv", "barrier"};
+    std::vector<std::string> algos{"auto"};
+    std::string dtype = "float";
+    std::string op = "sum";
+    int warmup = -1, iters = -1;
+    double iter_scale = 1.0;
+    enum { table, csv, json } format = table;
+};
+
+[[noreturn]] void usage(char const* what) {
+    std::fprintf(stderr, "chorus_bench: %s\nsee the comment at the top of bench/chorus_bench.cpp for the options\n", what);
+    std::exit(2);
+}
+
+options parse(int argc, char** argv) {
+    options o;
+    std::size_t b = 8, e = std::size_t{64} << 20;
+    double f = 4;
+    bool explicit_sizes = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string const a = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) usage((a + " needs a value").c_str());
+            return argv[++i];
+        };
+        try {
+            if (a == "-b") b = parse_bytes(value());
+            else if (a == "-e") e = parse_bytes(value());
+            else if (a == "-f") f = std::stod(value());
+            else if (a == "--sizes") {
+                for (auto const& s : split(value())) o.sizes.push_back(parse_bytes(s));
+                explicit_sizes = true;
+            } else if (a == "--ops") o.ops = split(value());
+            else if (a == "--algo") o.algos = split(value());
+            else if (a == "--dtype") o.dtype = value();
+            else if (a == "--op") o.op = value();
+            else if (a == "-w") o.warmup = std::stoi(value());
+            else if (a == "-n") o.iters = std::stoi(value());
+            else if (a == "--iter-scale") o.iter_scale = std::stod(value());
+            else if (a == "--csv") o.format = options::csv;
+            else if (a == "--json") o.format = options::json;
+            else usage(("unknown option " + a).c_str());
+        } catch (std::logic_error const&) {
+            usage(("bad value for " + a).c_str());
+        }
+    }
+    if (!explicit_sizes) {
+        if (f <= 1) usage("-f must be above 1");
+        for (double s = static_cast<double>(b); s <= static_cast<double>(e); s *= f) o.sizes.push_back(static_cast<std::size_t>(s));
+    }
+    return o;
+}
+
+// ---- shapes and values (exact in every element type) -------------------------------------
+
+enum class kind { rooted_or_whole, blocks, none };
+
+struct collective_info {
+    std::string_view name;
+    kind shape;
+    double busbw_factor(rank_t n) const {
+        if (name == "allreduce") return 2.0 * (n - 1) / n;
+        if (name == "broadcast" || name == "reduce") return 1.0;
+        if (name == "barrier") return 0.0;
+        return static_cast<double>(n - 1) / n;
+    }
+};
+
+struct shape {
+    std::size_t count = 0;  // elements of the reported buffer
+    std::size_t chunk = 0;  // per-peer block for the block collectives
+};
+
+shape shape_for(collective_info const& c, std::size_t bytes, std::size_t elem, rank_t n) {
+    std::size_t const elems = std::max<std::size_t>(1, bytes / elem);
+    if (c.shape == kind::none) return {};
+    if (c.shape == kind::rooted_or_whole) return {elems, elems};
+    std::size_t const chunk = std::max<std::size_t>(1, elems / static_cast<std::size_t>(n));
+    return {chunk * static_cast<std::size_t>(n), chunk};
+}
+
+// Rank r's element i in iteration it, per reduce op, chosen so that every result is exact:
+// small sums, products of 1s and 2s (2^8 at most), distinct values for min/max.
+long long input(std::string_view op, rank_t r, std::size_t i, int it) {
+    auto const x = static_cast<long long>((i + static_cast<std::size_t>(it)) % 13);
+    if (op == "prod") return 1 + (r + x) % 2;
+    if (op == "min" || op == "max") return ((r * 7 + x * 5) % 23) - 11;
+    return (r + 1) + x;  // sum, avg
+}
+
+double expected(std::string_view op, rank_t n, std::size_t i, int it) {
+    double acc = static_cast<double>(input(op, 0, i, it));
+    for (rank_t r = 1; r < n; ++r) {
+        double const v = static_cast<double>(input(op, r, i, it));
+        if (op == "prod") acc *= v;
+        else if (op == "min") acc = std::min(acc, v);
+        else if (op == "max") acc = std::max(acc, v);
+        else acc += v;
+    }
+    return op == "avg" ? acc / n : acc;
+}
+
+// Broadcast / allgather / alltoall payload: distinct per (source, destination, element).
+long long payload(rank_t src, rank_t dst, std::size_t j, int it) {
+    return (src * 64 + dst) * 16 + static_cast<long long>((j + static_cast<std::size_t>(it)) % 16);
+}
+
+// ---- the measurement loop ----------------------------------------------------------------
+
+struct row {
+    std::string op, algo;
+    rank_t ranks;
+    std::size_t bytes, count;
+    double time_us, algbw, busbw;
+    double wrong;
+};
+
+struct iteration_counts {
+    int warmup, timed;
+};
+
+iteration_counts iterations(options const& o, std::size_t bytes) {
+    iteration_counts c = bytes <= (64u << 10) ? iteration_counts{20, 200}
+                         : bytes <= (1u << 20) ? iteration_counts{5, 50}
+                         : bytes <= (16u << 20) ? iteration_counts{2, 20}
+                                                : iteration_counts{2, 10};
+    c.warmup = std::max(1, static_cast<int>(std::lround(c.warmup * o.iter_scale)));
+    c.timed = std::max(3, static_cast<int>(std::lround(c.timed * o.iter_scale)));
+    if (o.warmup >= 0) c.warmup = o.warmup;
+    if (o.iters > 0) c.timed = o.iters;
+    return c;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    std::size_t const m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+struct bench_case {
+    std::function<void(int)> prepare;
+    std::function<void()> run;
+    std::function<std::size_t(int)> check;
+};
+
+row measure(chorus::tcp_transport& tp, options const& o, collective_info const& c, std::string const& algo, shape s,
+            std::size_t elem, bench_case const& bc) {
+    std::size_t const bytes = s.count * elem;
+    auto const its = iterations(o, bytes);
+    std::vector<double> times(static_cast<std::size_t>(its.timed));
+    double wrong = 0;
+    for (int it = 0; it < its.warmup + its.timed; ++it) {
+        bc.prepare(it);
+        chorus::barrier(tp);
+        auto const t0 = std::chrono::steady_clock::now();
+        bc.run();
+        auto const t1 = std::chrono::steady_clock::now();
+        wrong += static_cast<double>(bc.check(it));
+        if (it >= its.warmup)
+            times[static_cast<std::size_t>(it - its.warmup)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    }
+    chorus::allreduce(tp, times, chorus::maximum{});
+    std::vector<double> w{wrong};
+    chorus::allreduce(tp, w, chorus::sum{});
+    double const t = median(times);
+    double const algbw = t > 0 && bytes > 0 ? static_cast<double>(bytes) / (t * 1e3) : 0.0;
+    return {std::string(c.name), algo, tp.size(), bytes, s.count, t, algbw, algbw * c.busbw_factor(tp.size()), w[0]};
+}
+
+// ---- the collectives, per element type and reduce op ----------------------------------------
+
+template <class T>
+std::size_t count_wrong(std::vector<T> const& got, auto want) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+        if (static_cast<double>(got[i]) != want(i)) ++bad;
+    return bad;
+}
+
+template <class T>
+T sentinel() {
+    return static_cast<T>(-7);
+}
+
+template <class T, class Op>
+class suite {
+public:
+    suite(chorus::tcp_transport& tp, options const& o, Op op) : tp_(tp), o_(o), op_(op) {}
+
+    /// The algorithms of collective `name`, each a (name, case builder) pair.
+    void run(collective_info const& c, std::size_t req_bytes, std::vector<row>& out) {
+        shape const s = shape_for(c, req_bytes, sizeof(T), tp_.size());
+        for (auto const& [algo, make] : algorithms(c.name, s)) {
+            if (!wanted(algo)) continue;
+            bench_case bc = make();
+            out.push_back(measure(tp_, o_, c, algo, s, sizeof(T), bc));
+        }
+    }
+
+private:
+    using maker = std::function<bench_case()>;
+
+    bool wanted(std::string const& algo) const {
+        for (auto const& a : o_.algos)
+            if (a == "all" || a == algo || (a == "auto" && algo == "auto")) return true;
+        return false;
+    }
+
+    std::vector<std::pair<std::string, maker>> algorithms(std::string_view name, shape s) {
+        rank_t const p = tp_.size(), me = tp_.rank();
+        auto const up = static_cast<std::size_t>(p);
+        std::string const opname = o_.op;
+        std::vector<std::pair<std::string, maker>> list;
+        if (name == "allreduce") {
+            auto add = [&]<class Algo>(std::string algo) {
+                list.emplace_back(algo, [this, s, me, p, opname] {
+                    auto buf = std::make_shared<std::vector<T>>(s.count);
+                    return bench_case{[=](int it) {
+                                          for (std::size_t i = 0; i < s.count; ++i) (*buf)[i] = static_cast<T>(input(opname, me, i, it));
+                                      },
+                                      [this, buf] { chorus::allreduce<Algo>(tp_, *buf, op_); },
+                                      [=](int it) { return count_wrong(*buf, [&](std::size_t i) { return exact(expected(opname, p, i, it)); }); }};
+                });
+            };
+            add.template operator()<chorus::automatic>("auto");
+            add.template operator()<chorus::ring>("ring");
+            add.template operator()<chorus::rabenseifner>("rabenseifner");
+            add.template operator()<chorus::recursive_doubling>("recursive_doubling");
+            add.template operator()<chorus::tree>("tree");
+        } else if (name == "reduce_scatter") {
+            auto add = [&]<class Algo>(std::string algo) {
+                list.emplace_back(algo, [this, s, me, p, opname] {
+                    auto send = std::make_shared<std::vector<T>>(s.count);
+                    auto recv = std::make_shared<std::vector<T>>(s.chunk);
+                    return bench_case{[=](int it) {
+                                          for (std::size_t i = 0; i < s.count; ++i) (*send)[i] = static_cast<T>(input(opname, me, i, it));
+                                          std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                      },
+                                      [this, send, recv] { chorus::reduce_scatter<Algo>(tp_, *send, *recv, op_); },
+                                      [=](int it) {
+                                          return count_wrong(*recv, [&](std::size_t i) {
+                                              return exact(expected(opname, p, static_cast<std::size_t>(me) * s.chunk + i, it));
+                                          });
+                                      }};
+                });
+            };
+            add.template operator()<chorus::automatic>("auto");
+            add.template operator()<chorus::ring>("ring");
+            add.template operator()<chorus::tree>("tree");
+        } else if (name == "reduce") {
+            list.emplace_back("auto", [this, s, me, p, opname] {
+                auto send = std::make_shared<std::vector<T>>(s.count);
+                auto recv = std::make_shared<std::vector<T>>(me == 0 ? s.count : 0);
+                return bench_case{[=](int it) {
+                                      for (std::size_t i = 0; i < s.count; ++i) (*send)[i] = static_cast<T>(input(opname, me, i, it));
+                                      std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                  },
+                                  [this, send, recv] { chorus::reduce(tp_, *send, *recv, op_, 0); },
+                                  [=](int it) { return count_wrong(*recv, [&](std::size_t i) { return exact(expected(opname, p, i, it)); }); }};
+            });
+        } else if (name == "broadcast") {
+            auto add = [&]<class Algo>(std::string algo) {
+                list.emplace_back(algo, [this, s, me] {
+                    auto buf = std::make_shared<std::vector<T>>(s.count);
+                    return bench_case{[=](int it) {
+                                          for (std::size_t i = 0; i < s.count; ++i)
+                                              (*buf)[i] = me == 0 ? static_cast<T>(payload(0, 0, i, it)) : sentinel<T>();
+                                      },
+                                      [this, buf] { chorus::broadcast<Algo>(tp_, *buf, 0); },
+                                      [=](int it) { return count_wrong(*buf, [&](std::size_t i) { return static_cast<double>(payload(0, 0, i, it)); }); }};
+                });
+            };
+            add.template operator()<chorus::automatic>("auto");
+            add.template operator()<chorus::tree>("tree");
+            add.template operator()<chorus::linear>("linear");
+        } else if (name == "allgather") {
+            list.emplace_back("auto", [this, s, me] {
+                auto send = std::make_shared<std::vector<T>>(s.chunk);
+                auto recv = std::make_shared<std::vector<T>>(s.count);
+                return bench_case{[=](int it) {
+                                      for (std::size_t i = 0; i < s.chunk; ++i) (*send)[i] = static_cast<T>(payload(me, 0, i, it));
+                                      std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                  },
+                                  [this, send, recv] { chorus::allgather(tp_, *send, *recv); },
+                                  [=](int it) {
+                                      return count_wrong(*recv, [&](std::size_t x) {
+                                          return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), 0, x % s.chunk, it));
+                                      });
+                                  }};
+            });
+        } else if (name == "alltoall" || name == "alltoallv") {
+            bool const v = name == "alltoallv";
+            list.emplace_back("auto", [this, s, me, up, v] {
+                auto send = std::make_shared<std::vector<T>>(s.count);
+                auto recv = std::make_shared<std::vector<T>>(s.count);
+                auto counts = std::make_shared<std::vector<std::size_t>>(up, s.chunk);
+                return bench_case{[=](int it) {
+                                      for (std::size_t x = 0; x < s.count; ++x)
+                                          (*send)[x] = static_cast<T>(payload(me, static_cast<rank_t>(x / s.chunk), x % s.chunk, it));
+                                      std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                  },
+                                  [this, send, recv, counts, v] {
+                                      if (v) chorus::alltoallv(tp_, *send, *counts, *recv, *counts);
+                                      else chorus::alltoall(tp_, *send, *recv);
+                                  },
+                                  [=](int it) {
+                                      return count_wrong(*recv, [&](std::size_t x) {
+                                          return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), me, x % s.chunk, it));
+                                      });
+                                  }};
+            });
+        } else if (name == "barrier") {
+            list.emplace_back("auto", [this] {
+                return bench_case{[](int) {}, [this] { chorus::barrier(tp_); }, [](int) { return std::size_t{0}; }};
+            });
+        }
+        return list;
+    }
+
+    // The expected value as T computes it (integer AVG truncates).
+    static double exact(double v) { return static_cast<double>(static_cast<T>(v)); }
+
+    chorus::tcp_transport& tp_;
+    options const& o_;
+    Op op_;
+};
+
+void print(options const& o, std::vector<row> const& rows, bool header) {
+    for (auto const& r : rows) {
+        if (o.format == options::csv) {
+            if (header) std::printf("op,algo,ranks,bytes,count,time_us,algbw_GBps,busbw_GBps,wrong\n");
+            std::printf("%s,%s,%d,%zu,%zu,%.2f,%.4f,%.4f,%.0f\n", r.op.c_str(), r.algo.c_str(), r.ranks, r.bytes, r.count,
+                        r.time_us, r.algbw, r.busbw, r.wrong);
+        } else if (o.format == options::json) {
+            std::printf("%s{\"op\":\"%s\",\"algo\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,\"time_us\":%.2f,"
+                        "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"wrong\":%.0f}\n",
+                        header ? "[" : ",", r.op.c_str(), r.algo.c_str(), r.ranks, r.bytes, r.count, r.time_us, r.algbw,
+                        r.busbw, r.wrong);
+        } else {
+            if (header)
+                std::printf("# %-14s %-18s %5s %12s %10s %12s %11s %11s %8s\n", "op", "algo", "ranks", "bytes", "count",
+                            "time_us", "algbw_GBps", "busbw_GBps", "wrong");
+            std::printf("%-16s %-18s %5d %12zu %10zu %12.2f %11.4f %11.4f %8.0f\n", r.op.c_str(), r.algo.c_str(), r.ranks,
+                        r.bytes, r.count, r.time_us, r.algbw, r.busbw, r.wrong);
+        }
+        header = false;
+        std::fflush(stdout);
+    }
+}
+
+template <class T, class Op>
+int run_suite(chorus::tcp_transport& tp, options const& o, Op op) {
+    static collective_info const infos[] = {{"allreduce", kind::rooted_or_whole}, {"broadcast", kind::rooted_or_whole},
+                                            {"reduce", kind::rooted_or_whole},    {"allgather", kind::blocks},
+                                            {"reduce_scatter", kind::blocks},     {"alltoall", kind::blocks},
+                                            {"alltoallv", kind::blocks},          {"barrier", kind::none}};
+    suite<T, Op> s(tp, o, op);
+    bool header = true;
+    double wrong = 0;
+    for (auto const& name : o.ops) {
+        auto const* info = std::find_if(std::begin(infos), std::end(infos), [&](auto const& i) { return i.name == name; });
+        if (info == std::end(infos)) usage(("unknown collective " + name).c_str());
+        for (std::size_t bytes : info->shape == kind::none ? std::vector<std::size_t>{0} : o.sizes) {
+            std::vector<row> rows;
+            s.run(*info, bytes, rows);
+            for (auto const& r : rows) wrong += r.wrong;
+            if (tp.rank() == 0) {
+                print(o, rows, header);
+                if (!rows.empty()) header = false;
+            }
+        }
+    }
+    if (tp.rank() == 0 && o.format == options::json) std::printf(header ? "[]\n" : "]\n");
+    return wrong == 0 ? 0 : 3;
+}
+
+// Every op for float, sum for the other types: each (type, op) pair instantiates every
+// algorithm, and all twenty pairs would take minutes to compile for little information (the
+// kernels differ by one operator).
+template <class T>
+int run_type(chorus::tcp_transport& tp, options const& o) {
+    if (o.op == "sum") return run_suite<T>(tp, o, chorus::sum{});
+    if constexpr (std::is_same_v<T, float>) {
+        if (o.op == "prod") return run_suite<T>(tp, o, chorus::prod{});
+        if (o.op == "min") return run_suite<T>(tp, o, chorus::minimum{});
+        if (o.op == "max") return run_suite<T>(tp, o, chorus::maximum{});
+        if (o.op == "avg") return run_suite<T>(tp, o, chorus::avg{});
+        usage(("unknown --op " + o.op).c_str());
+    }
+    usage(("--op " + o.op + " is built for --dtype float only").c_str());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    options const o = parse(argc, argv);
+    try {
+        auto tp = chorus::tcp_transport::from_env();
+        if (tp.rank() == 0 && o.format == options::table)
+            std::printf("# chorus_bench: %d ranks over tcp_transport, dtype %s, op %s\n", tp.size(), o.dtype.c_str(), o.op.c_str());
+        if (o.dtype == "float") return run_type<float>(tp, o);
+        if (o.dtype == "double") return run_type<double>(tp, o);
+        if (o.dtype == "int32") return run_type<std::int32_t>(tp, o);
+        if (o.dtype == "int64") return run_type<std::int64_t>(tp, o);
+        usage(("unknown --dtype " + o.dtype).c_str());
+    } catch (chorus::error const& e) {
+        std::fprintf(stderr, "chorus_bench: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# chorus side by side with Gloo and Open MPI (TCP and shared memory), in one run, on this
+# machine: builds the peers' benchmarks from ../shared/peers (see its README), runs them and
+# chorus_bench on the same sizes and rank counts, and prints the ratio table; with gnuplot it
+# also draws busbw against size (compare-busbw.png).
+#
+# Usage: bench/compare.sh [OUT_DIR]          (default build/compare; as root for apt-get)
+# Environment: PEERS_RANKS="2 4", PEERS_SIZES=8,1K,64K,1M,16M,64M, PEERS_ITER_SCALE (quick runs),
+#   CHORUS_PEERS_DIR (default ../shared/peers), CHORUS_COMPARE_NO_DEPS=1 (skip apt-get).
+# Outputs in OUT_DIR: peers.txt and chorus.txt (raw rows), ratios.txt, machine.txt,
+# compare-busbw.png.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+peers=${CHORUS_PEERS_DIR:-$root/../shared/peers}
+out=$(mkdir -p "${1:-$root/build/compare}" && cd "${1:-$root/build/compare}" && pwd)
+export PEERS_RANKS=${PEERS_RANKS:-2 4}
+export PEERS_SIZES=${PEERS_SIZES:-8,1K,64K,1M,16M,64M}
+[ -f "$peers/run.sh" ] || { echo "compare.sh: no peers at $peers (set CHORUS_PEERS_DIR)" >&2; exit 1; }
+
+if [ -z "${CHORUS_COMPARE_NO_DEPS:-}" ]; then
+    bash "$peers/deps.sh"
+    apt-get install -y --no-install-recommends cmake ninja-build libasio-dev doctest-dev librange-v3-dev gnuplot-nox >/dev/null
+fi
+bash "$peers/build.sh" "$out/peers-build"
+cmake -S "$root" -B "$root/build-bench" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_EXAMPLES=OFF >/dev/null
+cmake --build "$root/build-bench" --target chorusrun chorus_bench
+
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "cpus: $(nproc) ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'))"
+    echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+    echo "kernel: $(uname -r)"
+    echo "compiler: $(${CXX:-g++} --version | head -1)"
+    echo "chorus: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} | tee "$out/machine.txt"
+
+# Peers first (their run.sh waits for an idle machine per section), then chorus right after.
+bash "$peers/run.sh" "$out/peers-build" ceilings gloo mpi_tcp mpi_shm | tee "$out/peers.txt"
+: >"$out/chorus.txt"
+for n in $PEERS_RANKS; do
+    "$root/build-bench/chorusrun" --no-prefix -n "$n" "$root/build-bench/bench/chorus_bench" --sizes "$PEERS_SIZES" \
+        --algo all --iter-scale "${PEERS_ITER_SCALE:-1}" | tee -a "$out/chorus.txt"
+done
+
+awk -f "$root/bench/ratios.awk" "$out/peers.txt" "$out/chorus.txt" | tee "$out/ratios.txt"
+
+if command -v gnuplot >/dev/null; then
+    bash "$root/bench/plot.sh" "$out" && echo "plot: $out/compare-busbw.png"
+fi
