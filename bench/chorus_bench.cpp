@@ -354,42 +354,55 @@ private:
             add.template operator()<chorus::automatic>("auto");
             add.template operator()<chorus::tree>("tree");
             add.template operator()<chorus::linear>("linear");
+            add.template operator()<chorus::scatter_allgather>("scatter_allgather");
         } else if (name == "allgather") {
-            list.emplace_back("auto", [this, s, me] {
-                auto send = std::make_shared<std::vector<T>>(s.chunk);
-                auto recv = std::make_shared<std::vector<T>>(s.count);
-                return bench_case{[=](int it) {
-                                      for (std::size_t i = 0; i < s.chunk; ++i) (*send)[i] = static_cast<T>(payload(me, 0, i, it));
-                                      std::fill(recv->begin(), recv->end(), sentinel<T>());
-                                  },
-                                  [this, send, recv] { chorus::allgather(tp_, *send, *recv); },
-                                  [=](int it) {
-                                      return count_wrong(*recv, [&](std::size_t x) {
-                                          return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), 0, x % s.chunk, it));
-                                      });
-                                  }};
-            });
+            auto add = [&]<class Algo>(std::string algo) {
+                list.emplace_back(algo, [this, s, me] {
+                    auto send = std::make_shared<std::vector<T>>(s.chunk);
+                    auto recv = std::make_shared<std::vector<T>>(s.count);
+                    return bench_case{[=](int it) {
+                                          for (std::size_t i = 0; i < s.chunk; ++i) (*send)[i] = static_cast<T>(payload(me, 0, i, it));
+                                          std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                      },
+                                      [this, send, recv] { chorus::allgather<Algo>(tp_, *send, *recv); },
+                                      [=](int it) {
+                                          return count_wrong(*recv, [&](std::size_t x) {
+                                              return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), 0, x % s.chunk, it));
+                                          });
+                                      }};
+                });
+            };
+            add.template operator()<chorus::automatic>("auto");
+            add.template operator()<chorus::ring>("ring");
+            add.template operator()<chorus::bruck>("bruck");
         } else if (name == "alltoall" || name == "alltoallv") {
             bool const v = name == "alltoallv";
-            list.emplace_back("auto", [this, s, me, up, v] {
-                auto send = std::make_shared<std::vector<T>>(s.count);
-                auto recv = std::make_shared<std::vector<T>>(s.count);
-                auto counts = std::make_shared<std::vector<std::size_t>>(up, s.chunk);
-                return bench_case{[=](int it) {
-                                      for (std::size_t x = 0; x < s.count; ++x)
-                                          (*send)[x] = static_cast<T>(payload(me, static_cast<rank_t>(x / s.chunk), x % s.chunk, it));
-                                      std::fill(recv->begin(), recv->end(), sentinel<T>());
-                                  },
-                                  [this, send, recv, counts, v] {
-                                      if (v) chorus::alltoallv(tp_, *send, *counts, *recv, *counts);
-                                      else chorus::alltoall(tp_, *send, *recv);
-                                  },
-                                  [=](int it) {
-                                      return count_wrong(*recv, [&](std::size_t x) {
-                                          return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), me, x % s.chunk, it));
-                                      });
-                                  }};
-            });
+            auto add = [&]<class Algo>(std::string algo) {
+                list.emplace_back(algo, [this, s, me, up, v] {
+                    auto send = std::make_shared<std::vector<T>>(s.count);
+                    auto recv = std::make_shared<std::vector<T>>(s.count);
+                    auto counts = std::make_shared<std::vector<std::size_t>>(up, s.chunk);
+                    return bench_case{[=](int it) {
+                                          for (std::size_t x = 0; x < s.count; ++x)
+                                              (*send)[x] = static_cast<T>(payload(me, static_cast<rank_t>(x / s.chunk), x % s.chunk, it));
+                                          std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                      },
+                                      [this, send, recv, counts, v] {
+                                          if (v) chorus::alltoallv(tp_, *send, *counts, *recv, *counts);
+                                          else chorus::alltoall<Algo>(tp_, *send, *recv);
+                                      },
+                                      [=](int it) {
+                                          return count_wrong(*recv, [&](std::size_t x) {
+                                              return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), me, x % s.chunk, it));
+                                          });
+                                      }};
+                });
+            };
+            add.template operator()<chorus::automatic>("auto");
+            if (!v) {
+                add.template operator()<chorus::pairwise>("pairwise");
+                add.template operator()<chorus::bruck>("bruck");
+            }
         } else if (name == "barrier") {
             list.emplace_back("auto", [this] {
                 return bench_case{[](int) {}, [this] { chorus::barrier(tp_); }, [](int) { return std::size_t{0}; }};

@@ -98,7 +98,7 @@ struct tcp_runner {
 char const* const launcher_variables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE",
     "CHORUS_MASTER_FD"};
 
 void unset_launcher_env() {
@@ -264,6 +264,50 @@ TEST_CASE("tcp: every collective front door at 2, 3 and 4 ranks") {
         for (auto const& f : failures) all += f + "\n";
         CHECK_MESSAGE(failures.empty(), all);
     }
+}
+
+// The progress engine's edge cases: a payload whose last byte ends a read budget (8 MiB per
+// call), a message that streams in before its receive is posted (taken over mid-flight), a
+// burst of small messages parsed from one staging buffer, and a send larger than the socket
+// buffers while both ranks send first.
+TEST_CASE("tcp: large, late-posted and bursty messages arrive whole and in order") {
+    tcp_runner::run(2, [](chorus::tcp_transport& tp) {
+        rank_t const peer = 1 - tp.rank();
+        auto const pattern = [](rank_t from, std::size_t i, int round) {
+            return static_cast<std::uint32_t>(from * 1000003 + static_cast<int>(i) * 7 + round);
+        };
+        for (std::size_t const bytes : {std::size_t{16} << 20, (std::size_t{16} << 20) + 12, std::size_t{3} << 20}) {
+            for (int round = 0; round < 2; ++round) {
+                std::vector<std::uint32_t> out(bytes / 4), in(bytes / 4, 0);
+                for (std::size_t i = 0; i < out.size(); ++i) out[i] = pattern(tp.rank(), i, round);
+                auto s = tp.isend(peer, 11, std::as_bytes(std::span(out)));
+                if (round == 1) std::this_thread::sleep_for(30ms);  // the message is arriving unexpected
+                auto r = tp.irecv(peer, 11, std::as_writable_bytes(std::span(in)));
+                s.wait();
+                r.wait();
+                std::size_t wrong = 0;
+                for (std::size_t i = 0; i < in.size(); ++i) wrong += in[i] != pattern(peer, i, round);
+                CHECK(wrong == 0);
+            }
+        }
+        // 2000 small messages with two tags, all sent before any receive is posted.
+        constexpr int count = 2000;
+        std::vector<std::uint64_t> values(count);
+        std::vector<chorus::tcp_transport::request> sends;
+        for (int i = 0; i < count; ++i) {
+            values[static_cast<std::size_t>(i)] = static_cast<std::uint64_t>(tp.rank()) << 32 | static_cast<unsigned>(i);
+            sends.push_back(tp.isend(peer, static_cast<chorus::tag_t>(20 + i % 2), std::as_bytes(std::span(&values[static_cast<std::size_t>(i)], 1))));
+        }
+        for (auto& s : sends) s.wait();
+        std::this_thread::sleep_for(20ms);
+        for (int tag = 21; tag >= 20; --tag) {  // the second tag first: matching is per tag
+            for (int i = tag - 20; i < count; i += 2) {
+                std::uint64_t got = 0;
+                chorus::recv(tp, peer, std::span(&got, 1), static_cast<chorus::tag_t>(tag));
+                REQUIRE(got == (static_cast<std::uint64_t>(peer) << 32 | static_cast<unsigned>(i)));
+            }
+        }
+    }, 20s);
 }
 
 TEST_CASE("tcp: IPv6 loopback (::1)") {
@@ -452,6 +496,14 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     CHECK(c.socket_ifname == "eth7");
     CHECK(c.job_token == "secret");
     CHECK(c.master_fd == -1);
+    CHECK(c.spin == 50us);  // the default
+    ::setenv("CHORUS_SPIN_US", "0", 1);
+    CHECK(chorus::tcp_transport::config_from_env().spin == 0us);
+    ::setenv("CHORUS_SPIN_US", "-5", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_SPIN_US"), chorus::invalid_argument);
+    ::setenv("CHORUS_SPIN_US", "lots", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_SPIN_US"), chorus::invalid_argument);
+    ::unsetenv("CHORUS_SPIN_US");
     ::setenv("CHORUS_PORT_RANGE", "30010-30000", 1);
     CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_PORT_RANGE"), chorus::invalid_argument);
     ::setenv("CHORUS_PORT_RANGE", "30000", 1);

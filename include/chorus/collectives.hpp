@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <chorus/algorithm/bruck_allgather.hpp>
+#include <chorus/algorithm/bruck_alltoall.hpp>
 #include <chorus/algorithm/dissemination_barrier.hpp>
 #include <chorus/algorithm/linear_broadcast.hpp>
 #include <chorus/algorithm/linear_gather.hpp>
@@ -26,6 +28,7 @@
 #include <chorus/algorithm/ring_allgather.hpp>
 #include <chorus/algorithm/ring_allreduce.hpp>
 #include <chorus/algorithm/ring_reduce_scatter.hpp>
+#include <chorus/algorithm/scatter_allgather_broadcast.hpp>
 #include <chorus/algorithm/tree_allreduce.hpp>
 #include <chorus/algorithm/tree_broadcast.hpp>
 #include <chorus/algorithm/tree_reduce.hpp>
@@ -60,7 +63,9 @@ void barrier(Transport& tp) {
     dissemination_barrier(tp);
 }
 
-/// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear.
+/// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear,
+/// scatter_allgather (van de Geijn); automatic picks tree for small vectors and
+/// scatter_allgather for large ones.
 template <class Algo = automatic, transport Transport, detail::writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
     auto const s = detail::to_span(data);
@@ -68,13 +73,18 @@ void broadcast(Transport& tp, R&& data, rank_t root) {
         tree_broadcast(tp, s, root);
     } else if constexpr (std::same_as<Algo, linear>) {
         linear_broadcast(tp, s, root);
+    } else if constexpr (std::same_as<Algo, scatter_allgather>) {
+        scatter_allgather_broadcast(tp, s, root);
     } else if constexpr (std::same_as<Algo, automatic>) {
-        auto const a = detail::decide(tp, "broadcast", s.size_bytes(), {detail::algorithm_id::tree, "binomial tree"},
-                                      {detail::algorithm_id::tree, detail::algorithm_id::linear});
-        if (a == detail::algorithm_id::linear) linear_broadcast(tp, s, root);
+        using enum detail::algorithm_id;
+        auto const a = detail::decide(tp, "broadcast", s.size_bytes(), detail::choose_broadcast(tp.size(), s.size_bytes()),
+                                      {tree, linear, scatter_allgather});
+        if (a == linear) linear_broadcast(tp, s, root);
+        else if (a == scatter_allgather) scatter_allgather_broadcast(tp, s, root);
         else tree_broadcast(tp, s, root);
     } else {
-        static_assert(detail::unsupported_algorithm<Algo>, "broadcast supports the algorithms: tree, linear, automatic");
+        static_assert(detail::unsupported_algorithm<Algo>,
+                      "broadcast supports the algorithms: tree, linear, scatter_allgather, automatic");
     }
 }
 
@@ -99,14 +109,28 @@ void gather(Transport& tp, S const& send, R&& recv, rank_t root) {
     linear_gather(tp, detail::to_const_span(send), detail::to_span(recv), root);
 }
 
-/// Every rank receives every rank's `send` into `recv`, in rank order. Algorithms: ring.
+/// Every rank receives every rank's `send` into `recv`, in rank order. Algorithms: ring,
+/// bruck; automatic picks bruck when the gathered size is small, ring otherwise.
 template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void allgather(Transport& tp, S const& send, R&& recv) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, ring>,
-                  "allgather supports the algorithms: ring, automatic");
-    detail::only_schedule<Algo>(tp, "allgather", std::ranges::size(send) * sizeof(detail::element_t<S>), detail::algorithm_id::ring);
-    ring_allgather(tp, detail::to_const_span(send), detail::to_span(recv));
+    auto const in = detail::to_const_span(send);
+    auto const out = detail::to_span(recv);
+    if constexpr (std::same_as<Algo, ring>) {
+        ring_allgather(tp, in, out);
+    } else if constexpr (std::same_as<Algo, bruck>) {
+        bruck_allgather(tp, in, out);
+    } else if constexpr (std::same_as<Algo, automatic>) {
+        using enum detail::algorithm_id;
+        // By the gathered size, p times the block: what Bruck's log p messages carry.
+        std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
+        if (detail::decide(tp, "allgather", gathered, detail::choose_allgather(tp.size(), gathered), {ring, bruck}) == bruck)
+            bruck_allgather(tp, in, out);
+        else
+            ring_allgather(tp, in, out);
+    } else {
+        static_assert(detail::unsupported_algorithm<Algo>, "allgather supports the algorithms: ring, bruck, automatic");
+    }
 }
 
 /// Reduces every rank's `send` with `op` into `recv` at `root`. Algorithms: tree.
@@ -193,14 +217,27 @@ void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
 }
 
 /// Block j of rank i's `send` lands in block i of rank j's `recv` (a distributed transpose).
-/// Algorithms: pairwise.
+/// Algorithms: pairwise, bruck (log p rounds, for many ranks and tiny blocks).
 template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoall(Transport& tp, S const& send, R&& recv) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, pairwise>,
-                  "alltoall supports the algorithms: pairwise, automatic");
-    detail::only_schedule<Algo>(tp, "alltoall", std::ranges::size(send) * sizeof(detail::element_t<S>), detail::algorithm_id::pairwise);
-    pairwise_alltoall(tp, detail::to_const_span(send), detail::to_span(recv));
+    auto const in = detail::to_const_span(send);
+    auto const out = detail::to_span(recv);
+    if constexpr (std::same_as<Algo, pairwise>) {
+        pairwise_alltoall(tp, in, out);
+    } else if constexpr (std::same_as<Algo, bruck>) {
+        bruck_alltoall(tp, in, out);
+    } else if constexpr (std::same_as<Algo, automatic>) {
+        using enum detail::algorithm_id;
+        std::size_t const block_bytes = in.size_bytes() / static_cast<std::size_t>(tp.size());
+        if (detail::decide(tp, "alltoall", in.size_bytes(), detail::choose_alltoall(tp.size(), block_bytes),
+                           {pairwise, bruck}) == bruck)
+            bruck_alltoall(tp, in, out);
+        else
+            pairwise_alltoall(tp, in, out);
+    } else {
+        static_assert(detail::unsupported_algorithm<Algo>, "alltoall supports the algorithms: pairwise, bruck, automatic");
+    }
 }
 
 /// Variable-size alltoall: send_counts[j] elements go to rank j, recv_counts[j] come from

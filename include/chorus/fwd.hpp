@@ -39,5 +39,7 @@ struct recursive_doubling {};  ///< hypercube exchange of the whole vector, log 
 struct rabenseifner {};        ///< recursive-halving reduce-scatter + recursive-doubling allgather
 struct pairwise {};            ///< p-1 rounds, round k exchanges with rank +-k
 struct dissemination {};       ///< ceil(log2 p) rounds of zero-byte messages
+struct scatter_allgather {};   ///< broadcast as binomial scatter + ring allgather (van de Geijn)
+struct bruck {};               ///< ceil(log2 p) rounds at distances 1, 2, 4, ... for any p
 
 } // namespace chorus

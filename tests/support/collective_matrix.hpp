@@ -2,12 +2,15 @@
 #pragma once
 
 // The collective test matrix: every collective x every algorithm x sizes {0, 1, p-1, p+1, 4099}
-// x every op x int/float/double, checked against the closed forms of oracle.hpp. Each check
+// x every op x int/float/double, checked against the closed forms of oracle.hpp; the pipelined
+// ring allreduce also with tiny segments, so that small vectors span several segments. Each check
 // is a function template over the transport, run by every rank of a group: collectives_test.cpp
 // runs them over loopback ranks for p in {1,2,3,4,5,7,8}, tests/process/ over tcp_transport
 // in real processes started by chorusrun.
 
 #include "oracle.hpp"
+#include <cstring>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -50,6 +53,10 @@ constexpr char const* algo_name() {
         return "rabenseifner";
     else if constexpr (std::is_same_v<Algo, chorus::pairwise>)
         return "pairwise";
+    else if constexpr (std::is_same_v<Algo, chorus::scatter_allgather>)
+        return "scatter_allgather";
+    else if constexpr (std::is_same_v<Algo, chorus::bruck>)
+        return "bruck";
     else
         return "automatic";
 }
@@ -129,6 +136,64 @@ void allreduce_user_commutative(Tp& tp, failures& f) {
     }
 }
 
+/// allreduce: the ring's pipeline with tiny segments (detail::ring_allreduce_segmented), so
+/// that vectors of a few dozen elements span several segments per block: partial last
+/// segments, one element per segment, windows of one chunk, of a few and larger than the
+/// whole schedule; then the default segment size on a vector of several segments per block,
+/// and bit-identical results on every rank for float sums that round.
+template <class Tp>
+void allreduce_pipelined(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    auto const up = static_cast<std::size_t>(p);
+    struct pipeline {
+        std::size_t segment, window;
+    };
+    auto const run = [&](pipeline pl, std::initializer_list<std::size_t> ns) {
+        std::string const extra = "segment=" + std::to_string(pl.segment) + " window=" + std::to_string(pl.window) + " ";
+        for_each_type<int, float, double>([&]<class T>() {
+            for_each_op<T>([&](op_kind k, auto op) {
+                for (std::size_t n : ns) {
+                    std::vector<T> v(n);
+                    for (std::size_t i = 0; i < n; ++i) v[i] = value<T>(k, tp.rank(), i);
+                    chorus::detail::ring_allreduce_segmented(tp, std::span<T>(v), op, pl.segment, pl.window);
+                    compare(f, label("allreduce", "ring", p, n, (extra + name(k) + " " + type_name<T>()).c_str()), v,
+                            [&](std::size_t i) { return expected<T>(k, p, i); });
+                }
+            });
+        });
+    };
+    for (pipeline pl : {pipeline{1, 1}, pipeline{3, 2}, pipeline{5, 4}, pipeline{2, 64}}) {
+        std::size_t const s = pl.segment;
+        // Largest block 3 segments + 1 element; blocks of 3 segments + 2 and + 3 elements.
+        run(pl, {0, up - 1, up * 3 * s + up - 1, up * (3 * s + 2) + 1});
+    }
+    run({64, 4}, {4099});
+
+    // The default segment size: blocks of two segments and a few elements.
+    std::size_t const big = up * (2 * chorus::detail::ring_segment_elements<float>() + 3) + 1;
+    std::vector<float> v(big);
+    for (std::size_t i = 0; i < big; ++i) v[i] = value<float>(op_kind::sum, tp.rank(), i);
+    chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
+    compare(f, label("allreduce", "ring", p, big, "sum float, default segments"), v,
+            [&](std::size_t i) { return expected<float>(op_kind::sum, p, i); });
+
+    // Sums that round: every rank must still hold the same bits (each element is reduced
+    // once and copied), with segments of every size.
+    for (std::size_t segment : {std::size_t{1}, std::size_t{7}, chorus::detail::ring_segment_elements<float>()}) {
+        std::size_t const n = up * 40 + 3;
+        std::vector<float> mine(n);
+        for (std::size_t i = 0; i < n; ++i)
+            mine[i] = 0.1f * static_cast<float>(tp.rank() + 1) + 1e-3f * static_cast<float>(i) + 1e-7f;
+        chorus::detail::ring_allreduce_segmented(tp, std::span<float>(mine), chorus::sum{}, segment, 3);
+        std::vector<float> first = mine;
+        chorus::broadcast<chorus::tree>(tp, first, 0);
+        bool const same = std::memcmp(first.data(), mine.data(), n * sizeof(float)) == 0;
+        if (!same)
+            f.add(label("allreduce", "ring", p, n, "segment=") + std::to_string(segment) + ": rank " +
+                  std::to_string(tp.rank()) + "'s rounded sums differ from rank 0's bits");
+    }
+}
+
 /// reduce: every root, op, type and size; in place and into a separate buffer
 template <class Tp>
 void reduce(Tp& tp, failures& f) {
@@ -195,11 +260,11 @@ void reduce_scatter(Tp& tp, failures& f) {
     });
 }
 
-/// broadcast: tree and linear, every root, type and size
+/// broadcast: tree, linear and scatter_allgather, every root, type and size
 template <class Tp>
 void broadcast(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::tree, chorus::linear, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::tree, chorus::linear, chorus::scatter_allgather, chorus::automatic>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (rank_t root : roots(p))
                 for (std::size_t n : sizes(p)) {
@@ -214,6 +279,17 @@ void broadcast(Tp& tp, failures& f) {
                 }
         });
     });
+    // Above the automatic threshold (scatter_allgather from p = 3 on): an odd size, so the
+    // blocks differ in length.
+    for (rank_t root : roots(p)) {
+        std::size_t const n = chorus::detail::broadcast_large_bytes / sizeof(int) + 2 * static_cast<std::size_t>(p) + 1;
+        std::vector<int> v(n, -1);
+        if (tp.rank() == root)
+            for (std::size_t i = 0; i < n; ++i) v[i] = payload<int>(root, i);
+        chorus::broadcast(tp, v, root);
+        compare(f, label("broadcast", "automatic", p, n, "int large") + " root=" + std::to_string(root), v,
+                [&](std::size_t i) { return payload<int>(root, i); });
+    }
     // A user-supplied tree: the binary tree rooted at the last rank.
     std::vector<int> v(5, tp.rank() == p - 1 ? 42 : 0);
     chorus::tree_broadcast(tp, chorus::binary_tree(p, p - 1), std::span<int>(v));
@@ -243,23 +319,25 @@ void scatter_gather(Tp& tp, failures& f) {
     });
 }
 
-/// allgather: every type and size
+/// allgather: ring, bruck and automatic, every type and size
 template <class Tp>
 void allgather(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     auto const up = static_cast<std::size_t>(p);
-    for_each_type<int, float, double>([&]<class T>() {
-        for (std::size_t n : sizes(p)) {
-            std::vector<T> mine(n), all(up * n, T{-1});
-            for (std::size_t i = 0; i < n; ++i) mine[i] = payload<T>(tp.rank(), i);
-            chorus::allgather<chorus::ring>(tp, mine, all);
-            compare(f, label("allgather", "ring", p, n, type_name<T>()), all,
-                    [&](std::size_t i) { return payload<T>(static_cast<rank_t>(i / n), i % n); });
-        }
+    for_each_algo<chorus::ring, chorus::bruck, chorus::automatic>([&]<class Algo>() {
+        for_each_type<int, float, double>([&]<class T>() {
+            for (std::size_t n : sizes(p)) {
+                std::vector<T> mine(n), all(up * n, T{-1});
+                for (std::size_t i = 0; i < n; ++i) mine[i] = payload<T>(tp.rank(), i);
+                chorus::allgather<Algo>(tp, mine, all);
+                compare(f, label("allgather", algo_name<Algo>(), p, n, type_name<T>()), all,
+                        [&](std::size_t i) { return payload<T>(static_cast<rank_t>(i / n), i % n); });
+            }
+        });
     });
 }
 
-/// alltoall: the transpose, every type and size
+/// alltoall: the transpose, pairwise, bruck and automatic, every type and size
 template <class Tp>
 void alltoall(Tp& tp, failures& f) {
     rank_t const p = tp.size();
@@ -269,16 +347,18 @@ void alltoall(Tp& tp, failures& f) {
     auto const block_value = [](rank_t i, rank_t j, std::size_t k) {
         return (i * 100 + j) * 10000 + static_cast<long long>(k);
     };
-    for_each_type<int, float, double>([&]<class T>() {
-        for (std::size_t n : sizes(p)) {
-            std::vector<T> send(up * n), recv(up * n, T{-1});
-            for (std::size_t x = 0; x < up * n; ++x)
-                send[x] = static_cast<T>(block_value(me, static_cast<rank_t>(x / n), x % n) % 30011);
-            chorus::alltoall<chorus::pairwise>(tp, send, recv);
-            compare(f, label("alltoall", "pairwise", p, n, type_name<T>()), recv, [&](std::size_t x) {
-                return static_cast<T>(block_value(static_cast<rank_t>(x / n), me, x % n) % 30011);
-            });
-        }
+    for_each_algo<chorus::pairwise, chorus::bruck, chorus::automatic>([&]<class Algo>() {
+        for_each_type<int, float, double>([&]<class T>() {
+            for (std::size_t n : sizes(p)) {
+                std::vector<T> send(up * n), recv(up * n, T{-1});
+                for (std::size_t x = 0; x < up * n; ++x)
+                    send[x] = static_cast<T>(block_value(me, static_cast<rank_t>(x / n), x % n) % 30011);
+                chorus::alltoall<Algo>(tp, send, recv);
+                compare(f, label("alltoall", algo_name<Algo>(), p, n, type_name<T>()), recv, [&](std::size_t x) {
+                    return static_cast<T>(block_value(static_cast<rank_t>(x / n), me, x % n) % 30011);
+                });
+            }
+        });
     });
 }
 
@@ -340,6 +420,7 @@ void all(Tp& tp, failures& f) {
     allreduce(tp, f);
     allreduce_noncommutative(tp, f);
     allreduce_user_commutative(tp, f);
+    allreduce_pipelined(tp, f);
     reduce(tp, f);
     reduce_scatter(tp, f);
     broadcast(tp, f);
@@ -349,4 +430,4 @@ void all(Tp& tp, failures& f) {
     alltoallv(tp, f);
 }
 
-}  // namespace matrix
+}  // namespace checks

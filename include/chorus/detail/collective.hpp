@@ -3,13 +3,16 @@
 #pragma once
 
 // What every algorithm needs: typed views of byte messages, blocking steps built from the
-// transport's non-blocking primitives, argument checks that fail the whole group, and the
-// partition of a vector into blocks.
+// transport's non-blocking primitives, a bounded window of requests in flight, argument
+// checks that fail the whole group, and the partition of a vector into blocks.
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -88,6 +91,41 @@ void sendrecv(Transport& tp, tag_t tag, rank_t dst, std::span<T const> out, rank
     s.wait();
     r.wait();
 }
+
+/// A bounded FIFO of requests in flight, allocated once: the pipelined schedules keep a
+/// window of sends or receives outstanding without allocating per message (the request
+/// type need not be default-constructible, hence the optionals). Requests complete in the
+/// order they were started, as the schedules consume them. Only a wait that threw leaves
+/// requests behind; destroying them cancels them, which aborts the group (already failed).
+template <class Request>
+class request_window {
+public:
+    explicit request_window(std::size_t capacity) : slots_(capacity == 0 ? 1 : capacity) {}
+    std::size_t size() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    bool full() const noexcept { return count_ == slots_.size(); }
+    /// Pre: !full().
+    void push(Request r) {
+        slots_[(head_ + count_) % slots_.size()].emplace(std::move(r));
+        ++count_;
+    }
+    /// Waits for the oldest request and drops it. Pre: !empty().
+    void wait_front() {
+        auto& slot = slots_[head_];
+        slot->wait();
+        slot.reset();
+        head_ = (head_ + 1) % slots_.size();
+        --count_;
+    }
+    void wait_all() {
+        while (!empty()) wait_front();
+    }
+
+private:
+    std::vector<std::optional<Request>> slots_;
+    std::size_t head_ = 0;
+    std::size_t count_ = 0;
+};
 
 /// Position of `i` on a ring of `p` ranks, for any (possibly negative) `i`.
 constexpr std::size_t ring_index(rank_t i, rank_t p) noexcept {

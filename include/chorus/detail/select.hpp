@@ -18,7 +18,17 @@
 
 namespace chorus::detail {
 
-enum class algorithm_id { ring, tree, linear, recursive_doubling, rabenseifner, pairwise, dissemination };
+enum class algorithm_id {
+    ring,
+    tree,
+    linear,
+    recursive_doubling,
+    rabenseifner,
+    pairwise,
+    dissemination,
+    scatter_allgather,
+    bruck,
+};
 
 inline constexpr char const* algorithm_name(algorithm_id a) noexcept {
     switch (a) {
@@ -29,6 +39,8 @@ inline constexpr char const* algorithm_name(algorithm_id a) noexcept {
     case algorithm_id::rabenseifner: return "rabenseifner";
     case algorithm_id::pairwise: return "pairwise";
     case algorithm_id::dissemination: return "dissemination";
+    case algorithm_id::scatter_allgather: return "scatter_allgather";
+    case algorithm_id::bruck: return "bruck";
     }
     return "?";
 }
@@ -101,6 +113,44 @@ inline choice choose_allreduce(rank_t p, std::size_t bytes, bool commutative) {
     if (!commutative) return {algorithm_id::rabenseifner, "non-commutative op: rank-order halving/doubling"};
     if (bytes < allreduce_large_bytes) return {algorithm_id::rabenseifner, "mid-size message"};
     return {algorithm_id::ring, "large message: bandwidth-bound"};
+}
+
+// Broadcast: the binomial tree sends the whole vector ceil(log2 p) times along its critical
+// path, scatter + allgather about twice the vector in (log2 p + p - 1) messages
+// (algorithm/scatter_allgather_broadcast.hpp). From 256 KiB on the saved bytes outweigh the
+// p - 1 extra latencies for the rank counts of one or a few machines. For p = 2 the tree's
+// one message is never slower than the two halves sent one after the other.
+inline constexpr std::size_t broadcast_large_bytes = 256 * 1024;
+
+inline choice choose_broadcast(rank_t p, std::size_t bytes) {
+    if (p <= 2) return {algorithm_id::tree, p == 1 ? "one rank" : "two ranks: one message"};
+    if (bytes < broadcast_large_bytes) return {algorithm_id::tree, "small message: latency-bound"};
+    return {algorithm_id::scatter_allgather, "large message: bandwidth-bound"};
+}
+
+// Allgather, by the gathered size (p times the block): Bruck needs ceil(log2 p) messages to
+// the ring's p - 1, for the same bytes (plus a local copy of the result). For p <= 3 both
+// take as many rounds and the ring needs no scratch.
+inline constexpr std::size_t allgather_small_bytes = 64 * 1024;
+
+inline choice choose_allgather(rank_t p, std::size_t gathered_bytes) {
+    if (p <= 3) return {algorithm_id::ring, "p <= 3: as few rounds as bruck"};
+    if (gathered_bytes <= allgather_small_bytes) return {algorithm_id::bruck, "small message: latency-bound"};
+    return {algorithm_id::ring, "large message: bandwidth-bound"};
+}
+
+// Alltoall: pairwise keeps up to 8 rounds in flight (detail::pairwise_window), so below a
+// few dozen ranks its latency is a few overlapped messages; Bruck's log2 p rounds are
+// dependent and each block crosses up to log2 p links. Bruck only for many ranks and tiny
+// blocks, where pairwise's p - 1 per-message costs dominate. Initial values, not measured
+// (the test machines have too few cores for such groups).
+inline constexpr rank_t alltoall_bruck_min_ranks = 32;
+inline constexpr std::size_t alltoall_bruck_block_bytes = 256;
+
+inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
+    if (p >= alltoall_bruck_min_ranks && block_bytes <= alltoall_bruck_block_bytes)
+        return {algorithm_id::bruck, "many ranks, tiny blocks: log p rounds"};
+    return {algorithm_id::pairwise, "pairwise rounds in flight"};
 }
 
 /// The front doors' decision: the automatic choice, CHORUS_ALGO applied, logged. A bad

@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include <chorus/detail/request_handle.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
@@ -45,6 +46,7 @@ struct loopback_options {
 namespace detail {
 
 struct loopback_recv {
+    rank_t me = 0;  // the receiving rank
     rank_t src = 0;
     tag_t tag = 0;
     std::span<std::byte> buffer;
@@ -109,7 +111,8 @@ public:
     }
 
     // Blocks until r completes, the group fails, or the timeout passes; throws on failure.
-    void wait(rank_t me, std::shared_ptr<loopback_recv> const& r) {
+    void wait(std::shared_ptr<loopback_recv> const& r) {
+        rank_t const me = r->me;
         mailbox& box = box_of(me);
         std::unique_lock lock(box.mutex);
         auto const deadline = std::chrono::steady_clock::now() + options_.timeout;
@@ -133,7 +136,8 @@ public:
         throw timeout_error(r->src, what);
     }
 
-    bool test(rank_t me, std::shared_ptr<loopback_recv> const& r) {
+    bool test(std::shared_ptr<loopback_recv> const& r) {
+        rank_t const me = r->me;
         mailbox& box = box_of(me);
         std::unique_lock lock(box.mutex);
         if (!r->done) {
@@ -141,12 +145,13 @@ public:
             return false;
         }
         lock.unlock();
-        wait(me, r);  // done: returns or throws the recorded error
+        wait(r);  // done: returns or throws the recorded error
         return true;
     }
 
     // A request destroyed before it completed: its buffer must not be written any more.
-    void cancel(rank_t me, std::shared_ptr<loopback_recv> const& r) noexcept {
+    void cancel(std::shared_ptr<loopback_recv> const& r) noexcept {
+        rank_t const me = r->me;
         mailbox& box = box_of(me);
         bool was_pending = false;
         {
@@ -255,44 +260,8 @@ class loopback_transport {
 public:
     using memory_space = host_memory;
 
-    class request {
-    public:
-        request() = default;
-        request(request&& other) noexcept { swap(other); }
-        request& operator=(request&& other) noexcept {
-            request(std::move(other)).swap(*this);
-            return *this;
-        }
-        ~request() {
-            if (recv_) world_->cancel(me_, recv_);
-        }
-        /// Blocks until complete; throws timeout_error or transport_error.
-        void wait() {
-            if (!recv_) return;
-            world_->wait(me_, recv_);
-            recv_.reset();
-        }
-        /// Whether the operation completed; throws if it failed.
-        bool test() {
-            if (!recv_) return true;
-            if (!world_->test(me_, recv_)) return false;
-            recv_.reset();
-            return true;
-        }
-
-    private:
-        friend class loopback_transport;
-        request(detail::loopback_world* world, rank_t me, std::shared_ptr<detail::loopback_recv> recv)
-            : world_(world), me_(me), recv_(std::move(recv)) {}
-        void swap(request& other) noexcept {
-            std::swap(world_, other.world_);
-            std::swap(me_, other.me_);
-            std::swap(recv_, other.recv_);
-        }
-        detail::loopback_world* world_ = nullptr;
-        rank_t me_ = 0;
-        std::shared_ptr<detail::loopback_recv> recv_;  // null for sends (eager) and finished receives
-    };
+    /// Sends are eager (complete at once); a receive's request waits for its message.
+    using request = detail::request_handle<detail::loopback_world, detail::loopback_recv>;
 
     loopback_transport(std::shared_ptr<detail::loopback_world> world, rank_t rank) noexcept
         : world_(std::move(world)), rank_(rank) {}
@@ -309,11 +278,12 @@ public:
     request irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
         check_peer(peer);
         auto r = std::make_shared<detail::loopback_recv>();
+        r->me = rank_;
         r->src = peer;
         r->tag = tag;
         r->buffer = bytes;
         world_->post(rank_, r);
-        return {world_.get(), rank_, std::move(r)};
+        return {world_.get(), std::move(r)};
     }
     std::uint64_t next_sequence() noexcept { return world_->next_sequence(rank_); }
     void abort(char const* reason) noexcept { world_->abort(rank_, reason); }
