@@ -18,7 +18,6 @@
 
 #include <cstddef>
 #include <span>
-#include <string>
 
 #include <chorus/detail/collective.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -33,9 +32,7 @@ void bruck_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
     auto const parts = static_cast<std::size_t>(p);
-    detail::check_size(tp, send.size() == recv.size() && send.size() % parts == 0, "alltoall",
-                       "send (" + std::to_string(send.size()) + ") and receive (" + std::to_string(recv.size()) +
-                           ") buffers must have equal sizes, a multiple of the " + std::to_string(p) + " ranks");
+    detail::check_alltoall_blocks(tp, send.size(), recv.size());
     tag_t const tag = detail::begin_collective(tp, detail::collective_kind::alltoall);
     using space = typename Transport::memory_space;
     std::size_t const n = send.size() / parts;

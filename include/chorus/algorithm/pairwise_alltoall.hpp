@@ -21,9 +21,7 @@ namespace chorus {
 template <transport Transport, class T>
 void pairwise_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv) {
     rank_t const p = tp.size();
-    detail::check_size(tp, send.size() == recv.size() && send.size() % static_cast<std::size_t>(p) == 0, "alltoall",
-                       "send (" + std::to_string(send.size()) + ") and receive (" + std::to_string(recv.size()) +
-                           ") buffers must have equal sizes, a multiple of the " + std::to_string(p) + " ranks");
+    detail::check_alltoall_blocks(tp, send.size(), recv.size());
     tag_t const tag = detail::begin_collective(tp, detail::collective_kind::alltoall);
     std::size_t const n = send.size() / static_cast<std::size_t>(p);
     detail::pairwise_exchange(

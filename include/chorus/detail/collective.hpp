@@ -67,9 +67,19 @@ template <transport Transport>
 void check_blocks(Transport& tp, char const* collective, char const* what, std::size_t have, char const* per,
                   std::size_t block) {
     auto const p = static_cast<std::size_t>(tp.size());
-    check_size(tp, have == p * block, collective,
-               std::string(what) + " holds " + std::to_string(have) + " elements, expected ranks * " + per + " = " +
-                   std::to_string(p) + " * " + std::to_string(block));
+    if (have != p * block)  // the message is built only on failure: this runs on every call
+        fail_argument(tp, std::string(collective) + ": " + what + " holds " + std::to_string(have) +
+                              " elements, expected ranks * " + per + " = " + std::to_string(p) + " * " +
+                              std::to_string(block));
+}
+
+/// Checks the layout of alltoall: send and receive buffers of equal size, p blocks each.
+template <transport Transport>
+void check_alltoall_blocks(Transport& tp, std::size_t send, std::size_t recv) {
+    auto const p = static_cast<std::size_t>(tp.size());
+    if (send != recv || send % p != 0)
+        fail_argument(tp, "alltoall: send (" + std::to_string(send) + ") and receive (" + std::to_string(recv) +
+                              ") buffers must have equal sizes, a multiple of the " + std::to_string(p) + " ranks");
 }
 
 template <transport Transport, class T>
