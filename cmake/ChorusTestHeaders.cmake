@@ -17,8 +17,9 @@ function(chorus_add_header_checks target)
     list(SORT _headers)
 
     # Optional headers: header => the target it needs.
-    set(_optional chorus/transport/tcp.hpp chorus/transport/cuda_ipc.hpp)
+    set(_optional chorus/transport/tcp.hpp chorus/transport/tcp_impl.hpp chorus/transport/cuda_ipc.hpp)
     set(_needs_chorus/transport/tcp.hpp chorus::tcp)
+    set(_needs_chorus/transport/tcp_impl.hpp chorus::tcp)
     set(_needs_chorus/transport/cuda_ipc.hpp chorus::cuda_ipc)
 
     set(_dir "${CMAKE_CURRENT_BINARY_DIR}/${target}")
@@ -44,4 +45,16 @@ function(chorus_add_header_checks target)
              CONTENT "#include <${_header}>\n#include <${_header}> // again: the guard must make this a no-op\n")
         target_sources(${_lib} PRIVATE "${_dir}/${_name}.cpp")
     endforeach()
+
+    # With CHORUS_TCP_SEPARATE_COMPILATION, tcp.hpp must compile without Asio at all: that
+    # is its point. Checked against chorus::chorus alone.
+    if(TARGET chorus::tcp)
+        add_library(${target}_tcp_separate OBJECT)
+        target_link_libraries(${target}_tcp_separate PRIVATE chorus::chorus chorus_test_flags)
+        target_compile_definitions(${target}_tcp_separate PRIVATE CHORUS_TCP_SEPARATE_COMPILATION)
+        file(CONFIGURE OUTPUT "${_dir}/tcp_separate.cpp"
+             CONTENT "#include <chorus/transport/tcp.hpp>\n#ifdef ASIO_VERSION\n#error tcp.hpp pulled in Asio\n#endif\n")
+        target_sources(${target}_tcp_separate PRIVATE "${_dir}/tcp_separate.cpp")
+        add_dependencies(${target} ${target}_tcp_separate)
+    endif()
 endfunction()
