@@ -378,8 +378,10 @@ TEST_CASE("automatic broadcast, allgather and alltoall: thresholds, CHORUS_ALGO 
     constexpr std::size_t large = chorus::detail::broadcast_large_bytes;
     CHECK(choose_broadcast(1, large).algorithm == algorithm_id::tree);
     CHECK(choose_broadcast(2, 64 << 20).algorithm == algorithm_id::tree);
-    CHECK(choose_broadcast(3, large - 1).algorithm == algorithm_id::tree);
-    CHECK(choose_broadcast(3, large).algorithm == algorithm_id::scatter_allgather);
+    CHECK(choose_broadcast(3, large).algorithm == algorithm_id::tree);
+    CHECK(choose_broadcast(4, 64 << 20).algorithm == algorithm_id::tree);  // measured: the tree wins at p <= 4
+    CHECK(choose_broadcast(5, large - 1).algorithm == algorithm_id::tree);
+    CHECK(choose_broadcast(5, large).algorithm == algorithm_id::scatter_allgather);
     CHECK(choose_broadcast(8, 64 << 20).algorithm == algorithm_id::scatter_allgather);
     constexpr std::size_t small = chorus::detail::allgather_small_bytes;
     CHECK(choose_allgather(3, 8).algorithm == algorithm_id::ring);

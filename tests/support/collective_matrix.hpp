@@ -279,7 +279,7 @@ void broadcast(Tp& tp, failures& f) {
                 }
         });
     });
-    // Above the automatic threshold (scatter_allgather from p = 3 on): an odd size, so the
+    // Above the automatic threshold (scatter_allgather from p = 5 on): an odd size, so the
     // blocks differ in length.
     for (rank_t root : roots(p)) {
         std::size_t const n = chorus::detail::broadcast_large_bytes / sizeof(int) + 2 * static_cast<std::size_t>(p) + 1;

@@ -117,13 +117,19 @@ inline choice choose_allreduce(rank_t p, std::size_t bytes, bool commutative) {
 
 // Broadcast: the binomial tree sends the whole vector ceil(log2 p) times along its critical
 // path, scatter + allgather about twice the vector in (log2 p + p - 1) messages
-// (algorithm/scatter_allgather_broadcast.hpp). From 256 KiB on the saved bytes outweigh the
-// p - 1 extra latencies for the rank counts of one or a few machines. For p = 2 the tree's
-// one message is never slower than the two halves sent one after the other.
+// (algorithm/scatter_allgather_broadcast.hpp). For p = 2 the tree's one message is never
+// slower than the two halves sent one after the other. At p = 3 and 4 the tree's critical
+// path is at most 2 vectors against ~1.5, and measured the tree wins: 3 interleaved A/B runs
+// at p = 4 on the 2-core test VM (2026-12-03) gave tree 2.2-2.3 / 7.2-8.6 / 28-30 ms at
+// 1 / 4 / 16 MiB, scatter_allgather 2.1-2.7 / 11-12.5 / 31-34 ms (its p concurrent ring
+// steps compete for the cores). From p = 5 (3 vectors on the tree's path) and 256 KiB on,
+// the bytes saved outweigh the extra latencies (model; no such group measured here).
 inline constexpr std::size_t broadcast_large_bytes = 256 * 1024;
+inline constexpr rank_t broadcast_scatter_min_ranks = 5;
 
 inline choice choose_broadcast(rank_t p, std::size_t bytes) {
     if (p <= 2) return {algorithm_id::tree, p == 1 ? "one rank" : "two ranks: one message"};
+    if (p < broadcast_scatter_min_ranks) return {algorithm_id::tree, "p <= 4: at most 2 vectors on the tree's path"};
     if (bytes < broadcast_large_bytes) return {algorithm_id::tree, "small message: latency-bound"};
     return {algorithm_id::scatter_allgather, "large message: bandwidth-bound"};
 }
