@@ -18,4 +18,18 @@ run() {
 run build -DCHORUS_WERROR=ON
 run build-tsan -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
 run build-asan -DCHORUS_SANITIZE=address,undefined -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
+# CUDA: where nvcc exists (CUDA 12 or later), everything CUDA builds, sm_90 and portable PTX,
+# and the CUDA tests run; without a GPU they report skipped, with the reason below.
+nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+if [ -n "$nvcc" ]; then
+    echo "=== build-cuda: $nvcc"
+    cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORUS_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
+        -DCHORUS_WERROR=ON
+    cmake --build build-cuda -j "$jobs" --target chorusrun cuda_ipc_test allreduce_cuda_ipc cuda_bench chorus_nvcc_header_checks
+    ctest --test-dir build-cuda --output-on-failure -j "$jobs" -L cuda
+    reason=$(build-cuda/tests/cuda/cuda_ipc_test matrix 2>&1 | grep SKIPPED || true)
+    [ -z "$reason" ] || echo "CUDA tests: $reason"
+else
+    echo "=== no nvcc: the CUDA transport is not built (install CUDA 12+ for it)"
+fi
 echo "=== all tests passed"

@@ -2,10 +2,13 @@
 // tcp_transport: the transport conformance suite, every collective front door over real
 // sockets (ranks as threads of this process, on 127.0.0.1 or ::1), the rendezvous's
 // robustness against stray connections, its timeout naming a missing rank, and from_env.
+// Also the staged transport protocol (CUDA IPC's, detail/staged_engine.hpp) over a host
+// model of a device, whose control channel is a tcp_transport: conformance and collectives.
 
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
+#include <chorus/detail/staged_engine.hpp>
 #include <chorus/transport/tcp.hpp>
 
 #include <algorithm>
@@ -28,7 +31,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "support/collective_matrix.hpp"
 #include "support/conformance.hpp"
+#include "support/host_model_device.hpp"
 
 using chorus::rank_t;
 using namespace std::chrono_literals;
@@ -44,7 +49,9 @@ namespace {
 /// hands the port it got to the others through a promise: no fixed ports, safe in parallel.
 /// `on_port` (optional) runs in rank 0's thread once the master listens, before any other
 /// rank starts. A throwing rank aborts the group; the first exception is rethrown.
-struct tcp_runner {
+/// Factory::make(optional<Factory::transport>&, tcp_config) builds a rank's transport.
+template <class Factory>
+struct threaded_runner {
     template <class Fn>
     static void run(rank_t p, Fn&& fn, std::chrono::milliseconds timeout, std::string const& addr = "127.0.0.1",
                     std::function<void(std::uint16_t)> on_port = {}, rank_t started = -1,
@@ -58,7 +65,7 @@ struct tcp_runner {
         std::vector<std::thread> threads;
         for (rank_t r = 0; r < started; ++r) {
             threads.emplace_back([&, r] {
-                std::optional<chorus::tcp_transport> tp;
+                std::optional<typename Factory::transport> tp;
                 try {
                     chorus::tcp_config c;
                     c.rank = r;
@@ -78,7 +85,7 @@ struct tcp_runner {
                             throw std::runtime_error("rank 0 never listened");
                         c.master_port = port.get();
                     }
-                    tp.emplace(std::move(c));
+                    Factory::make(tp, std::move(c));
                     fn(*tp);
                 } catch (std::exception const& e) {
                     {
@@ -94,6 +101,26 @@ struct tcp_runner {
         if (first) std::rethrow_exception(first);
     }
 };
+
+struct tcp_factory {
+    using transport = chorus::tcp_transport;
+    static void make(std::optional<transport>& tp, chorus::tcp_config c) { tp.emplace(std::move(c)); }
+};
+using tcp_runner = threaded_runner<tcp_factory>;
+
+/// The staged protocol over the host model, with FIFOs of 3 slots of 256 bytes: messages of
+/// more than 768 bytes wait for credits, and most messages are several chunks.
+using staged_model = chorus::detail::staged_transport<testing_support::host_model_device>;
+struct staged_factory {
+    using transport = staged_model;
+    static void make(std::optional<transport>& tp, chorus::tcp_config c) {
+        chorus::tcp_transport control(std::move(c));
+        tp.emplace(std::move(control), chorus::detail::staged_config{256, 3}, testing_support::host_model_device{});
+    }
+};
+using staged_runner = threaded_runner<staged_factory>;
+static_assert(chorus::transport<staged_model>);
+static_assert(chorus::host_transport<staged_model>);
 
 char const* const launcher_variables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
@@ -130,7 +157,52 @@ bool ipv6_loopback_available() {
 
 } // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(transport_conformance, tcp_runner);
+TEST_CASE_TEMPLATE_INVOKE(transport_conformance, tcp_runner, staged_runner);
+
+TEST_CASE("staged protocol (host model): the collective matrix at 1 to 4 ranks") {
+    for (rank_t p : {1, 2, 3, 4}) {
+        CAPTURE(p);
+        oracle::failures f;
+        staged_runner::run(p, [&](staged_model& tp) { checks::all(tp, f); }, 60s);
+        CHECK_MESSAGE(f.count() == 0, f.report());
+    }
+}
+
+TEST_CASE("staged protocol (host model): messages of many chunks, unexpected and late, stay whole and in order") {
+    staged_runner::run(3, [](staged_model& tp) {
+        rank_t const me = tp.rank(), p = tp.size();
+        auto const word = [](rank_t from, rank_t to, std::size_t k, std::size_t i) {
+            return static_cast<std::uint32_t>(static_cast<std::size_t>(from) * 100000 + static_cast<std::size_t>(to) * 10000 + k * 1000 + i);
+        };
+        // Every rank sends 5 messages per peer (sizes around the slot and FIFO sizes) before
+        // receiving any: all but the first FIFO-full of each are staged as unexpected.
+        std::vector<std::size_t> const sizes{0, 1, 255, 257, 3000};
+        std::vector<std::vector<std::uint32_t>> out;
+        std::vector<staged_model::request> sends;
+        for (rank_t peer = 0; peer < p; ++peer)
+            for (std::size_t k = 0; k < sizes.size(); ++k) {
+                auto& v = out.emplace_back(sizes[k]);
+                for (std::size_t i = 0; i < v.size(); ++i) v[i] = word(me, peer, k, i);
+            }
+        std::size_t m = 0;
+        for (rank_t peer = 0; peer < p; ++peer)
+            for (std::size_t k = 0; k < sizes.size(); ++k, ++m)
+                sends.push_back(tp.isend(peer, 40 + k % 2, conformance::bytes(out[m])));
+        // Receive in reverse peer order, odd tags first: matching must follow (sender, tag).
+        for (rank_t peer = p - 1; peer >= 0; --peer)
+            for (std::size_t parity : {1u, 0u})
+                for (std::size_t k = 0; k < sizes.size(); ++k) {
+                    if (k % 2 != parity) continue;
+                    std::vector<std::uint32_t> in(sizes[k]);
+                    tp.irecv(peer, 40 + k % 2, conformance::bytes(in)).wait();
+                    for (std::size_t i = 0; i < in.size(); ++i)
+                        if (in[i] != word(peer, me, k, i))
+                            throw std::runtime_error("message " + std::to_string(k) + " from " + std::to_string(peer) + " wrong at " + std::to_string(i));
+                }
+        for (auto& s : sends) s.wait();
+        CHECK(tp.device().copies > 0);
+    }, 20s);
+}
 
 TEST_CASE("tcp: every collective front door at 2, 3 and 4 ranks") {
     for (rank_t p : {2, 3, 4}) {

@@ -18,6 +18,7 @@ enum class errc {
     peer_failed,           ///< another rank failed or left; the group is broken
     connection_failed,     ///< the transport could not reach a peer
     aborted,               ///< this rank's group was aborted earlier
+    device_error,          ///< the device runtime (CUDA) failed; the message has its error string
 };
 
 namespace detail {
@@ -33,6 +34,7 @@ public:
         case errc::peer_failed: return "peer failed";
         case errc::connection_failed: return "connection failed";
         case errc::aborted: return "aborted";
+        case errc::device_error: return "device error";
         }
         return "unknown chorus error";
     }
@@ -75,6 +77,13 @@ private:
 class timeout_error : public transport_error {
 public:
     timeout_error(rank_t peer, std::string const& what) : transport_error(errc::timeout, peer, what) {}
+};
+
+/// The device runtime failed (a CUDA call returned an error); what() names the call and
+/// carries the runtime's error string.
+class device_error : public error {
+public:
+    explicit device_error(std::string const& what) : error(errc::device_error, what) {}
 };
 
 } // namespace chorus

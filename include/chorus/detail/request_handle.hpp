@@ -41,6 +41,11 @@ public:
         return true;
     }
 
+    /// Forgets the operation without cancelling it. Only for the owner of an engine that is
+    /// about to be destroyed, which ends the operation with it (a staged transport's control
+    /// receives at shutdown): cancelling would fail the group on every rank.
+    void detach() noexcept { op_.reset(); }
+
 private:
     void swap(request_handle& other) noexcept {
         std::swap(engine_, other.engine_);

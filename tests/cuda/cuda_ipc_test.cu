@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: MIT
+// The CUDA IPC transport's tests, one program run by chorusrun (one rank per process, as CUDA
+// IPC needs: a process cannot open its own handles):
+//   cuda_ipc_test matrix    every collective x algorithm x op x dtype (int32, int64, float,
+//                           double, __half, __nv_bfloat16) x sizes {0, 1, p-1, p+1, 4099} on
+//                           device buffers, against closed forms computed on the host;
+//   cuda_ipc_test generic   one user function template instantiated with tcp_transport (host
+//                           vectors) and with cuda_ipc_transport (device buffers);
+//   cuda_ipc_test errors    bad input on device buffers fails on every rank with chorus errors.
+// Without a usable GPU every rank prints why and exits 77, which ctest reports as skipped
+// (SKIP_RETURN_CODE), never as passed.
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <chorus/chorus.hpp>
+#include <chorus/transport/cuda_ipc.hpp>
+#include <chorus/transport/tcp.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using chorus::rank_t;
+
+int skip_without_gpu() {
+    int count = 0;
+    cudaError_t const e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        std::printf("SKIPPED: no usable CUDA device (cudaGetDeviceCount: %s, %d devices)\n",
+                    e == cudaSuccess ? "cudaSuccess" : cudaGetErrorName(e), count);
+        return 77;
+    }
+    return 0;
+}
+
+void check_cuda(cudaError_t e, char const* what) {
+    if (e != cudaSuccess) {
+        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+        std::exit(1);
+    }
+}
+
+/// A device array of n elements (RAII), with host round trips.
+template <class T>
+class device_array {
+public:
+    explicit device_array(std::size_t n) : n_(n) {
+        if (n) check_cuda(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)), "cudaMalloc");
+    }
+    explicit device_array(std::vector<T> const& host) : device_array(host.size()) { put(host); }
+    device_array(device_array const&) = delete;
+    device_array& operator=(device_array const&) = delete;
+    ~device_array() {
+        if (p_) cudaFree(p_);
+    }
+    std::span<T> span() const noexcept { return {p_, n_}; }
+    void put(std::vector<T> const& host) {
+        if (n_) check_cuda(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+    }
+    std::vector<T> get() const {
+        std::vector<T> host(n_);
+        // A synchronous copy on the legacy stream: it waits for chorus's queued work.
+        if (n_) check_cuda(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+        return host;
+    }
+
+private:
+    T* p_ = nullptr;
+    std::size_t n_;
+};
+
+template <class T>
+double to_double(T x) {
+    if constexpr (std::is_same_v<T, __half>) return static_cast<double>(__half2float(x));
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return static_cast<double>(__bfloat162float(x));
+    else return static_cast<double>(x);
+}
+template <class T>
+T from_double(double d) {
+    if constexpr (std::is_same_v<T, __half>) return __float2half(static_cast<float>(d));
+    else if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16(static_cast<float>(d));
+    else return static_cast<T>(d);
+}
+template <class T>
+char const* type_name() {
+    if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
+    else if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
+    else if constexpr (std::is_same_v<T, float>) return "float";
+    else if constexpr (std::is_same_v<T, double>) return "double";
+    else if constexpr (std::is_same_v<T, __half>) return "half";
+    else return "bfloat16";
+}
+template <class Op>
+char const* op_name() {
+    if constexpr (std::is_same_v<Op, chorus::sum>) return "sum";
+    else if constexpr (std::is_same_v<Op, chorus::prod>) return "prod";
+    else if constexpr (std::is_same_v<Op, chorus::minimum>) return "min";
+    else if constexpr (std::is_same_v<Op, chorus::maximum>) return "max";
+    else if constexpr (std::is_same_v<Op, chorus::avg>) return "avg";
+    else if constexpr (std::is_same_v<Op, chorus::bit_and>) return "band";
+    else if constexpr (std::is_same_v<Op, chorus::bit_or>) return "bor";
+    else if constexpr (std::is_same_v<Op, chorus::bit_xor>) return "bxor";
+    else return "user(larger magnitude)";
+}
+
+/// A user-defined operation, callable on the device: the larger magnitude, declared
+/// commutative with chorus::commutative so that the ring schedules may use it.
+struct larger_magnitude_fn {
+    template <class T>
+    CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const noexcept {
+        return (a < T{} ? -a : a) < (b < T{} ? -b : b) ? b : a;
+    }
+};
+using larger_magnitude = chorus::commutative_op<larger_magnitude_fn>;
+
+struct tally {
+    long checks = 0, failed = 0;
+    std::string first;
+    template <class T, class Want>
+    void compare(std::string const& what, std::vector<T> const& got, Want want, double tolerance) {
+        ++checks;
+        std::size_t wrong = 0, at = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) {
+            double const g = to_double(got[i]), w = want(i);
+            if (std::fabs(g - w) > tolerance * (std::fabs(w) > 1 ? std::fabs(w) : 1.0)) {
+                if (!wrong) at = i;
+                ++wrong;
+            }
+        }
+        if (wrong) {
+            ++failed;
+            if (first.empty())
+                first = what + ": " + std::to_string(wrong) + " of " + std::to_string(got.size()) + " wrong, first at " +
+                        std::to_string(at) + " (got " + std::to_string(to_double(got[at])) + ", want " + std::to_string(want(at)) + ")";
+        }
+    }
+};
+
+template <class T>
+constexpr double tolerance() {
+    if constexpr (std::is_integral_v<T>) return 0;
+    else if constexpr (std::is_same_v<T, float>) return 1e-6;
+    else if constexpr (std::is_same_v<T, double>) return 1e-12;
+    else return 1e-2;  // half and bfloat16: an average of small integers rounds
+}
+
+// Small values keep every sum exact in half and bfloat16 (<= 24 over 8 ranks) and every
+// product exact (powers of 2 up to 256).
+template <class Op>
+double value(rank_t r, std::size_t i) {
+    if constexpr (std::is_same_v<Op, chorus::prod>) return static_cast<double>((static_cast<std::size_t>(r) + i) % 2 + 1);
+    else return static_cast<double>((static_cast<std::size_t>(r) * 2 + i * 7) % 3 + 1);
+}
+
+/// The reduction over ranks of value(r, i), folded in rank order with the operation itself
+/// (in T for integers, in double for floating point), finalised as the op says.
+template <class T, class Op>
+double expected(rank_t p, std::size_t i) {
+    using acc_t = std::conditional_t<std::is_integral_v<T>, T, double>;
+    Op const op{};
+    acc_t acc = static_cast<acc_t>(value<Op>(0, i));
+    for (rank_t r = 1; r < p; ++r) acc = op(acc, static_cast<acc_t>(value<Op>(r, i)));
+    if constexpr (chorus::has_finalize<Op, acc_t>) acc = op.finalize(acc, p);
+    return static_cast<double>(acc);
+}
+
+template <class T, class Op>
+std::vector<T> contribution(rank_t r, std::size_t n, std::size_t offset = 0) {
+    std::vector<T> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = from_double<T>(value<Op>(r, offset + i));
+    return v;
+}
+
+std::string label(char const* what, char const* algo, char const* type, char const* op, std::size_t n) {
+    return std::string(what) + "<" + algo + "> " + type + " " + op + " n=" + std::to_string(n);
+}
+
+template <class T, class Op>
+void reductions(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t> const& sizes) {
+    rank_t const p = tp.size(), me = tp.rank();
+    auto const P = static_cast<std::size_t>(p);
+    for (std::size_t n : sizes) {
+        auto const want = [&](std::size_t i) { return expected<T, Op>(p, i); };
+        auto run_allreduce = [&]<class Algo>(char const* name) {
+            device_array<T> d(contribution<T, Op>(me, n));
+            chorus::allreduce<Algo>(tp, d.span(), Op{});
+            t.compare(label("allreduce", name, type_name<T>(), op_name<Op>(), n), d.get(), want, tolerance<T>());
+        };
+        run_allreduce.template operator()<chorus::automatic>("auto");
+        run_allreduce.template operator()<chorus::ring>("ring");
+        run_allreduce.template operator()<chorus::tree>("tree");
+        run_allreduce.template operator()<chorus::recursive_doubling>("recursive_doubling");
+        run_allreduce.template operator()<chorus::rabenseifner>("rabenseifner");
+
+        for (rank_t root : {rank_t{0}, p - 1}) {
+            device_array<T> in(contribution<T, Op>(me, n)), out(n);
+            chorus::reduce(tp, in.span(), out.span(), Op{}, root);
+            if (me == root) t.compare(label("reduce", "tree", type_name<T>(), op_name<Op>(), n) + " root=" + std::to_string(root), out.get(), want, tolerance<T>());
+        }
+
+        // reduce_scatter: n elements per rank, p * n in.
+        auto run_reduce_scatter = [&]<class Algo>(char const* name) {
+            device_array<T> in(contribution<T, Op>(me, P * n)), out(n);
+            chorus::reduce_scatter<Algo>(tp, in.span(), out.span(), Op{});
+            auto const mine = [&](std::size_t i) { return expected<T, Op>(p, static_cast<std::size_t>(me) * n + i); };
+            t.compare(label("reduce_scatter", name, type_name<T>(), op_name<Op>(), n), out.get(), mine, tolerance<T>());
+        };
+        run_reduce_scatter.template operator()<chorus::ring>("ring");
+        run_reduce_scatter.template operator()<chorus::tree>("tree");
+    }
+}
+
+template <class T>
+void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t> const& sizes) {
+    rank_t const p = tp.size(), me = tp.rank();
+    auto const P = static_cast<std::size_t>(p), M = static_cast<std::size_t>(me);
+    auto const v = [](rank_t r, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(r) * 37 + i) % 200); };
+    auto const mine = [&](std::size_t n, std::size_t offset = 0) {
+        std::vector<T> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = from_double<T>(v(me, offset + i));
+        return x;
+    };
+    char const* const ty = type_name<T>();
+    for (std::size_t n : sizes) {
+        for (rank_t root : {rank_t{0}, p - 1, p / 2}) {
+            auto const from_root = [&](std::size_t i) { return v(root, i); };
+            auto run_broadcast = [&]<class Algo>(char const* name) {
+                device_array<T> d(me == root ? mine(n) : std::vector<T>(n, from_double<T>(-1)));
+                chorus::broadcast<Algo>(tp, d.span(), root);
+                t.compare(label("broadcast", name, ty, "-", n) + " root=" + std::to_string(root), d.get(), from_root, 0);
+            };
+            run_broadcast.template operator()<chorus::tree>("tree");
+            run_broadcast.template operator()<chorus::linear>("linear");
+            run_broadcast.template operator()<chorus::scatter_allgather>("scatter_allgather");
+
+            // scatter: block r of the root's p*n elements; gather: the reverse.
+            device_array<T> all(me == root ? mine(P * n) : std::vector<T>(P * n)), block(n);
+            chorus::scatter(tp, all.span(), block.span(), root);
+            t.compare(label("scatter", "linear", ty, "-", n) + " root=" + std::to_string(root), block.get(),
+                      [&](std::size_t i) { return v(root, M * n + i); }, 0);
+            device_array<T> part(mine(n)), gathered(P * n);
+            chorus::gather(tp, part.span(), gathered.span(), root);
+            if (me == root)
+                t.compare(label("gather", "linear", ty, "-", n) + " root=" + std::to_string(root), gathered.get(),
+                          [&](std::size_t i) { return v(static_cast<rank_t>(i / (n ? n : 1)), i % (n ? n : 1)); }, 0);
+        }
+        auto const gathered = [&](std::size_t i) { return v(static_cast<rank_t>(i / n), i % n); };
+        auto run_allgather = [&]<class Algo>(char const* name) {
+            device_array<T> part(mine(n)), all(P * n);
+            chorus::allgather<Algo>(tp, part.span(), all.span());
+            t.compare(label("allgather", name, ty, "-", n), all.get(), gathered, 0);
+        };
+        run_allgather.template operator()<chorus::ring>("ring");
+        run_allgather.template operator()<chorus::bruck>("bruck");
+
+        // alltoall: my block j goes to rank j; block i of the result came from rank i.
+        auto const transposed = [&](std::size_t i) { return v(static_cast<rank_t>(i / n), M * n + i % n); };
+        auto run_alltoall = [&]<class Algo>(char const* name) {
+            device_array<T> send(mine(P * n)), recv(P * n);
+            chorus::alltoall<Algo>(tp, send.span(), recv.span());
+            t.compare(label("alltoall", name, ty, "-", n), recv.get(), transposed, 0);
+        };
+        run_alltoall.template operator()<chorus::pairwise>("pairwise");
+        run_alltoall.template operator()<chorus::bruck>("bruck");
+
+        // alltoallv: rank r sends (r + j + n) % 3 elements to rank j.
+        auto const count = [&](std::size_t from, std::size_t to) { return (from + to + n) % 3; };
+        std::vector<std::size_t> sc(P), rc(P);
+        std::size_t st = 0, rt = 0;
+        for (std::size_t j = 0; j < P; ++j) st += sc[j] = count(M, j), rt += rc[j] = count(j, M);
+        std::vector<double> want;
+        for (std::size_t j = 0; j < P; ++j) {
+            std::size_t offset = 0;  // where rank j's block for me starts in j's send buffer
+            for (std::size_t k = 0; k < M; ++k) offset += count(j, k);
+            for (std::size_t k = 0; k < rc[j]; ++k) want.push_back(v(static_cast<rank_t>(j), offset + k));
+        }
+        device_array<T> vs(mine(st)), vr(rt);
+        chorus::alltoallv(tp, vs.span(), sc, vr.span(), rc);
+        t.compare(label("alltoallv", "pairwise", ty, "-", n), vr.get(), [&](std::size_t i) { return want[i]; }, 0);
+
+        // point to point around the ring, and sendrecv the other way
+        device_array<T> out(mine(n)), in(n);
+        rank_t const next = (me + 1) % p, prev = (me + p - 1) % p;
+        chorus::sendrecv(tp, next, out.span(), prev, in.span(), /*tag=*/7);
+        t.compare(label("sendrecv", "-", ty, "-", n), in.get(), [&](std::size_t i) { return v(prev, i); }, 0);
+        if (p > 1) {
+            if (me % 2 == 0) {
+                chorus::send(tp, next, out.span(), 8);
+                chorus::recv(tp, prev, in.span(), 8);
+            } else {
+                chorus::recv(tp, prev, in.span(), 8);
+                chorus::send(tp, next, out.span(), 8);
+            }
+            t.compare(label("send/recv", "-", ty, "-", n), in.get(), [&](std::size_t i) { return v(prev, i); }, 0);
+        }
+    }
+    chorus::barrier(tp);
+}
+
+template <class T>
+void all_reductions(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t> const& sizes) {
+    reductions<T, chorus::sum>(tp, t, sizes);
+    reductions<T, chorus::prod>(tp, t, sizes);
+    reductions<T, chorus::minimum>(tp, t, sizes);
+    reductions<T, chorus::maximum>(tp, t, sizes);
+    reductions<T, chorus::avg>(tp, t, sizes);
+    if constexpr (std::is_integral_v<T>) {
+        reductions<T, chorus::bit_and>(tp, t, sizes);
+        reductions<T, chorus::bit_or>(tp, t, sizes);
+        reductions<T, chorus::bit_xor>(tp, t, sizes);
+    }
+}
+
+int report(chorus::cuda_ipc_transport const& tp, tally const& t, char const* what) {
+    if (t.failed || t.checks == 0) {
+        std::fprintf(stderr, "rank %d: %ld of %ld %s checks wrong; first: %s\n", tp.rank(), t.failed, t.checks, what, t.first.c_str());
+        return 2;
+    }
+    std::printf("rank %d: %ld %s checks passed (%d ranks, device %d)\n", tp.rank(), t.checks, what, tp.size(),
+                const_cast<chorus::cuda_ipc_transport&>(tp).device_ordinal());
+    return 0;
+}
+
+int matrix() {
+    auto tp = chorus::cuda_ipc_transport::from_env();
+    rank_t const p = tp.size();
+    auto const P = static_cast<std::size_t>(p);
+    std::vector<std::size_t> const sizes{0, 1, P > 1 ? P - 1 : 2, P + 1, 4099};
+    tally t;
+    all_reductions<std::int32_t>(tp, t, sizes);
+    all_reductions<std::int64_t>(tp, t, sizes);
+    all_reductions<float>(tp, t, sizes);
+    all_reductions<double>(tp, t, sizes);
+    all_reductions<__half>(tp, t, sizes);
+    all_reductions<__nv_bfloat16>(tp, t, sizes);
+    reductions<float, larger_magnitude>(tp, t, sizes);
+    reductions<double, larger_magnitude>(tp, t, sizes);
+    movements<std::int32_t>(tp, t, sizes);
+    movements<double>(tp, t, sizes);
+    movements<__half>(tp, t, sizes);
+    // A message of many chunks: 24 MiB of floats through 4 MiB slots.
+    {
+        std::size_t const n = (std::size_t{24} << 20) / sizeof(float) + 3;
+        device_array<float> d(contribution<float, chorus::sum>(tp.rank(), n));
+        chorus::allreduce<chorus::ring>(tp, d.span(), chorus::sum{});
+        t.compare("allreduce<ring> float sum 24 MiB", d.get(), [&](std::size_t i) { return expected<float, chorus::sum>(p, i); }, 1e-6);
+    }
+    chorus::barrier(tp);
+    return report(tp, t, "matrix");
+}
+
+// ---- the same user code over both transports, chosen at compile time ----
+
+/// What a user writes once: averages a gradient buffer across ranks, whatever the transport
+/// and wherever the buffer lives (the transport's memory space decides).
+template <chorus::transport Transport, class Buffer>
+void average_gradients(Transport& tp, Buffer&& grads) {
+    chorus::allreduce(tp, std::forward<Buffer>(grads), chorus::avg{});
+}
+
+int generic() {
+    tally t;
+    auto host = chorus::tcp_transport::from_env();
+    rank_t const p = host.size(), me = host.rank();
+    std::size_t const n = 1000003;
+    auto const want = [&](std::size_t i) { return expected<float, chorus::avg>(p, i); };
+    {
+        auto v = contribution<float, chorus::avg>(me, n);
+        average_gradients(host, v);  // tcp_transport, std::vector<float>
+        t.compare("average_gradients<tcp_transport>(std::vector<float>)", v, want, 1e-6);
+    }
+    // The control channel of the device transport is the same TCP group: no second rendezvous.
+    chorus::cuda_ipc_transport dev(std::move(host));
+    device_array<float> d(contribution<float, chorus::avg>(me, n));
+    average_gradients(dev, d.span());  // cuda_ipc_transport, std::span<float> over device memory
+    dev.synchronize();
+    t.compare("average_gradients<cuda_ipc_transport>(device span)", d.get(), want, 1e-6);
+    static_assert(std::is_same_v<chorus::tcp_transport::memory_space, chorus::host_memory>);
+    static_assert(std::is_same_v<chorus::cuda_ipc_transport::memory_space, chorus::cuda_device_memory>);
+    chorus::barrier(dev);
+    return report(dev, t, "generic");
+}
+
+int errors() {
+    auto tp = chorus::cuda_ipc_transport::from_env();
+    tally t;
+    rank_t const me = tp.rank();
+    // Mismatched sizes: rank 1 passes one element more. Every rank must throw a chorus error.
+    device_array<float> d(me == 1 ? 1001 : 1000);
+    bool threw = false;
+    std::string what;
+    try {
+        chorus::allreduce<chorus::ring>(tp, d.span(), chorus::sum{});
+    } catch (chorus::error const& e) {
+        threw = true;
+        what = e.what();
+    }
+    ++t.checks;
+    if (!threw) {
+        ++t.failed;
+        t.first = "the mismatched allreduce returned";
+    }
+    std::printf("rank %d: mismatched allreduce: %s\n", me, threw ? what.c_str() : "no error");
+    return report(tp, t, "errors");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    if (int const skip = skip_without_gpu()) return skip;
+    std::string const mode = argc > 1 ? argv[1] : "matrix";
+    try {
+        if (mode == "matrix") return matrix();
+        if (mode == "generic") return generic();
+        if (mode == "errors") return errors();
+        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors\n");
+        return 2;
+    } catch (chorus::error const& e) {
+        std::fprintf(stderr, "chorus error: %s\n", e.what());
+        return 1;
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The GPU check, for a machine with at least one NVIDIA GPU (sized for one H200: well under
+# 8 minutes, so that a 15-minute device allowance leaves room for a rerun).
+#   tests/gpu/run.sh [BUILD_DIR]     (default build-cuda; results also under $OUT if set)
+# 1. Builds the CUDA targets (-DCHORUS_WITH_CUDA=ON) unless BUILD_DIR already has them (they can
+#    be built on a machine without a GPU and carried: cudart is linked statically).
+# 2. Runs the CUDA test suite: every collective x algorithm x op x dtype on 2 and 4 ranks
+#    sharing the GPU(s), the generic tcp/cuda user function, the error test, the example. Here
+#    a skip (exit 77: no usable GPU) is a failure.
+# 3. Runs cuda_bench at 2 and 4 ranks, 4 KiB to 1 GiB (allreduce, allgather, broadcast), with
+#    the device-to-device cudaMemcpy ceiling of the same run.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-cuda}
+out=${OUT:-$build/gpu-results}
+mkdir -p "$out"
+log() { echo "=== $*" | tee -a "$out/summary.txt"; }
+status=0
+
+log "gpu check $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$out/summary.txt"
+
+need="$build/chorusrun $build/tests/cuda/cuda_ipc_test $build/bench/cuda_bench $build/examples/allreduce_cuda_ipc"
+missing=0
+for f in $need; do [ -x "$f" ] || missing=1; done
+if [ $missing = 1 ]; then
+    log "building $build"
+    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORUS_WITH_CUDA=ON -DCHORUS_BUILD_TESTS=ON >"$out/configure.log" 2>&1 &&
+        timeout 300 cmake --build "$build" --target chorusrun cuda_ipc_test cuda_bench allreduce_cuda_ipc >"$out/build.log" 2>&1 ||
+        { log "FAILED: build (see $out/build.log)"; tail -30 "$out/build.log"; exit 1; }
+fi
+
+run=$build/chorusrun
+step() {  # step NAME TIMEOUT_S COMMAND...: a GPU step that must exit 0 (77, "skipped", fails here)
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local rc=$?
+    if [ $rc = 0 ]; then log "passed: $name ($((SECONDS - start)) s)"; else log "FAILED: $name (exit $rc, $((SECONDS - start)) s)"; tail -20 "$out/$name.log"; status=1; fi
+    grep -h "checks passed\|checks wrong" "$out/$name.log" | head -4 | tee -a "$out/summary.txt"
+}
+
+step matrix.p2 150 "$run" -n 2 --timeout-ms 60000 "$build/tests/cuda/cuda_ipc_test" matrix
+step matrix.p4 150 "$run" -n 4 --timeout-ms 60000 "$build/tests/cuda/cuda_ipc_test" matrix
+step generic.p2 60 "$run" -n 2 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" generic
+step errors.p3 60 "$run" -n 3 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" errors
+step example.p2 60 "$run" -n 2 --timeout-ms 30000 "$build/examples/allreduce_cuda_ipc"
+
+for n in 2 4; do
+    step "bench.p$n" 120 "$run" --no-prefix -n "$n" --timeout-ms 60000 "$build/bench/cuda_bench" -b 4K -e 1G -f 4
+    grep -v "^#" "$out/bench.p$n.log" | tee -a "$out/cuda_bench.txt" >/dev/null
+done
+log "bench rows: $out/cuda_bench.txt"
+cat "$out/cuda_bench.txt"
+[ $status = 0 ] && log "gpu check passed" || log "gpu check FAILED"
+exit $status
