@@ -64,8 +64,8 @@ void barrier(Transport& tp) {
 }
 
 /// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear,
-/// scatter_allgather (van de Geijn); automatic picks tree for small vectors and
-/// scatter_allgather for large ones.
+/// scatter_allgather (van de Geijn); automatic picks tree up to 4 ranks and for small
+/// vectors, scatter_allgather for large ones from 5 ranks on (detail/select.hpp).
 template <class Algo = automatic, transport Transport, detail::writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
     auto const s = detail::to_span(data);
