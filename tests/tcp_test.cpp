@@ -201,7 +201,10 @@ TEST_CASE("staged protocol (host model): messages of many chunks, unexpected and
                 }
         for (auto& s : sends) s.wait();
         CHECK(tp.device().copies > 0);
+        CHECK(testing_support::host_model_device::open_handles.load() > 0);
     }, 20s);
+    // Every rank closed the FIFOs it had opened (in its destructor, before the goodbye).
+    CHECK(testing_support::host_model_device::open_handles.load() == 0);
 }
 
 TEST_CASE("tcp: every collective front door at 2, 3 and 4 ranks") {

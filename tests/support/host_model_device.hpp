@@ -9,6 +9,7 @@
 // One mutex serialises the copies of all ranks: the receiver reads a slot only after the
 // sender's copy into it, both under the lock, which is also the order ThreadSanitizer sees.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -34,10 +35,10 @@ public:
     void release(void* p) noexcept { ::operator delete(p); }
     handle export_handle(void* base) { return reinterpret_cast<handle>(base); }
     void* open_handle(handle const& h) {
-        ++opened;
+        ++open_handles;
         return reinterpret_cast<void*>(h);
     }
-    void close_handle(void*) noexcept { --opened; }
+    void close_handle(void*) noexcept { --open_handles; }
 
     void copy(void* dst, void const* src, std::size_t bytes) {
         pending_.push_back({dst, src, bytes});
@@ -54,8 +55,9 @@ public:
         while (executed_ < enqueued_) run_one();
     }
 
-    long opened = 0;   // handles open now: must be 0 after the transport closed
-    long copies = 0;   // copies enqueued so far
+    /// Peer handles open now, over all ranks of the process: 0 once every transport closed.
+    static inline std::atomic<long> open_handles{0};
+    long copies = 0;  // copies enqueued so far by this rank
 
 private:
     struct pending_copy {
