@@ -67,8 +67,6 @@ __global__ void check(float const* p, std::size_t n, int ranks, int kind, std::s
     if (mine) atomicAdd(wrong, mine);
 }
 
-unsigned grid(std::size_t n) { return static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256 + 1, 65535u * 8u)); }
-
 std::size_t parse_size(std::string s) {
     std::size_t mult = 1;
     char const u = s.empty() ? '\0' : s.back();
@@ -241,9 +239,9 @@ int main(int argc, char** argv) {
                     auto run = [&]<class Algo>(char const* name) {
                         reset_wrong();
                         double const us = b.time(
-                            2, iters, [&] { fill<<<grid(count), 256>>>(d, count, me, 0); },
+                            2, iters, [&] { fill<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block>>>(d, count, me, 0); },
                             [&] { chorus::allreduce<Algo>(tp, std::span(d, count), chorus::sum{}); },
-                            [&] { check<<<grid(count), 256, 0, cudaStreamPerThread>>>(d, count, p, 0, 0, 0, wrong); });
+                            [&] { check<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(d, count, p, 0, 0, 0, wrong); });
                         row("allreduce", name, bytes, count, us, 2.0 * static_cast<double>(p - 1) / static_cast<double>(p), b.total_wrong(), p);
                     };
                     run.template operator()<chorus::automatic>("auto");
@@ -267,11 +265,11 @@ int main(int argc, char** argv) {
                         double const us = b.time(
                             2, iters,
                             [&] {
-                                fill<<<grid(block), 256>>>(in, block, me, 0);
-                                fill_constant<<<grid(block * P), 256>>>(out, block * P, -1.0f);
+                                fill<<<chorus::detail::cuda_grid(block), chorus::detail::cuda_block>>>(in, block, me, 0);
+                                fill_constant<<<chorus::detail::cuda_grid(block * P), chorus::detail::cuda_block>>>(out, block * P, -1.0f);
                             },
                             [&] { chorus::allgather<Algo>(tp, std::span(in, block), std::span(out, block * P)); },
-                            [&] { check<<<grid(block * P), 256, 0, cudaStreamPerThread>>>(out, block * P, p, 1, block, 0, wrong); });
+                            [&] { check<<<chorus::detail::cuda_grid(block * P), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(out, block * P, p, 1, block, 0, wrong); });
                         row("allgather", name, block * P * sizeof(float), block * P, us,
                             static_cast<double>(p - 1) / static_cast<double>(p), b.total_wrong(), p);
                     };
@@ -290,11 +288,11 @@ int main(int argc, char** argv) {
                         double const us = b.time(
                             2, iters,
                             [&] {
-                                if (me == 0) fill<<<grid(count), 256>>>(d, count, 0, 0);
-                                else fill_constant<<<grid(count), 256>>>(d, count, -1.0f);
+                                if (me == 0) fill<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block>>>(d, count, 0, 0);
+                                else fill_constant<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block>>>(d, count, -1.0f);
                             },
                             [&] { chorus::broadcast<Algo>(tp, std::span(d, count), 0); },
-                            [&] { check<<<grid(count), 256, 0, cudaStreamPerThread>>>(d, count, p, 2, 0, 0, wrong); });
+                            [&] { check<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(d, count, p, 2, 0, 0, wrong); });
                         row("broadcast", name, bytes, count, us, 1.0, b.total_wrong(), p);
                     };
                     run.template operator()<chorus::automatic>("auto");

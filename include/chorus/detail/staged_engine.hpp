@@ -143,7 +143,7 @@ public:
             }
         }
         device_.synchronize();
-        for (auto& q : peers_) release_events(q);
+        for (auto& q : peers_) release_device_state(q);
         // Control requests still pending (a peer that never said goodbye: it timed out, or the
         // group failed) end with the control channel. Cancelling them would abort the group on
         // every rank, and a rank that leaves is not a failure. Their buffers outlive it.
@@ -164,7 +164,7 @@ public:
     Device& device() noexcept { return device_; }
 
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
-        check_peer(peer, "isend");
+        check_peer(peer);
         throw_if_failed();
         auto op = std::make_shared<staged_op>();
         op->is_send = true;
@@ -178,7 +178,7 @@ public:
     }
 
     op_ptr irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
-        check_peer(peer, "irecv");
+        check_peer(peer);
         throw_if_failed();
         auto op = std::make_shared<staged_op>();
         op->peer = peer;
@@ -219,10 +219,7 @@ public:
             }
             if (clock::now() > deadline) {
                 unpost(*op);
-                std::string const what = "rank " + std::to_string(me_) + ": timed out after " +
-                                         std::to_string(timeout_.count()) + " ms waiting for rank " +
-                                         std::to_string(op->peer) + " (" + (op->is_send ? "send of " : "receive of ") +
-                                         describe_tag(op->tag) + ")";
+                std::string const what = wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag);
                 abort(what);
                 throw timeout_error(op->peer, what);
             }
@@ -244,8 +241,7 @@ public:
     void cancel(op_ptr const& op) noexcept {
         if (op->done) return;
         unpost(*op);
-        abort("rank " + std::to_string(me_) + " abandoned a pending " + (op->is_send ? "send of " : "receive of ") +
-              describe_tag(op->tag) + (op->is_send ? " to rank " : " from rank ") + std::to_string(op->peer));
+        abort(abandoned_message(me_, op->is_send, op->tag, op->peer));
     }
 
     void abort(std::string const& reason) noexcept {
@@ -283,7 +279,7 @@ private:
     struct peer_state {
         // towards the peer
         std::byte* remote = nullptr;  // our region of the peer's FIFO
-        bool opened = false;          // remote came from open_handle
+        void* opened = nullptr;       // the peer's FIFO as open_handle returned it (not for self)
         std::size_t credits = 0, next_slot = 0;
         std::deque<op_ptr> sends;             // posted, not all chunks enqueued
         std::deque<chunk_copy> send_copies;   // enqueued, header not sent yet
@@ -304,10 +300,8 @@ private:
     std::size_t region_bytes() const noexcept { return chunk_ * slots_; }
     peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
 
-    void check_peer(rank_t peer, char const* what) const {
-        if (peer < 0 || peer >= size())
-            throw invalid_argument(std::string("staged transport: ") + what + ": peer " + std::to_string(peer) +
-                                   " is out of range for a group of " + std::to_string(size()) + " ranks");
+    void check_peer(rank_t peer) const {
+        if (peer < 0 || peer >= size()) throw invalid_argument(peer_range_message(me_, peer, size()));
     }
 
     void throw_if_failed() const {
@@ -337,19 +331,18 @@ private:
         if (q.handle_out && q.handle_out->test()) q.handle_out.reset();
         if (closing_ || q.remote || !q.handle_in || !q.handle_in->test()) return;
         q.handle_in.reset();
-        auto* base = static_cast<std::byte*>(device_.open_handle(handles_[static_cast<std::size_t>(r)]));
-        q.opened = true;
-        q.remote = base + static_cast<std::size_t>(me_) * region_bytes();
+        q.opened = device_.open_handle(handles_[static_cast<std::size_t>(r)]);
+        q.remote = static_cast<std::byte*>(q.opened) + static_cast<std::size_t>(me_) * region_bytes();
     }
 
     void close_peers() noexcept {
         for (auto& q : peers_) {
-            if (q.opened) device_.close_handle(q.remote - static_cast<std::size_t>(me_) * region_bytes());
-            q.opened = false;
+            if (q.opened) device_.close_handle(std::exchange(q.opened, nullptr));
         }
     }
 
-    void release_events(peer_state& q) noexcept {
+    // The events and staging buffers still held for this peer (at destruction).
+    void release_device_state(peer_state& q) noexcept {
         for (auto& c : q.send_copies) device_.release(c.event);
         for (auto& c : q.recv_copies) device_.release(c.event);
         for (auto& u : q.unexpected)
@@ -584,9 +577,10 @@ public:
     using engine = staged_engine<Device>;
     using request = request_handle<engine, staged_op>;
 
-    /// Over a connected control channel (see staged_engine); exchanges the FIFO handles, which
-    /// blocks until every rank did or the timeout passed. An rvalue reference, not a value:
-    /// `control` is moved from only once every argument was evaluated.
+    /// Over a connected control channel (see staged_engine); starts the exchange of FIFO
+    /// handles, which completes in the first operations' progress (their timeout bounds it).
+    /// An rvalue reference, not a value: `control` is moved from only once every argument
+    /// was evaluated.
     staged_transport(tcp_transport&& control, staged_config config, Device device)
         : engine_(std::make_unique<engine>(std::move(control), config, std::move(device))) {}
 

@@ -72,6 +72,24 @@ inline std::string describe_tag(tag_t t) {
     return std::string(kind_name(tag_kind(t))) + " #" + std::to_string(tag_sequence(t));
 }
 
+/// The error text of a peer rank outside the group; shared by the transports, as the texts below.
+inline std::string peer_range_message(rank_t me, rank_t peer, rank_t size) {
+    return "rank " + std::to_string(me) + ": peer " + std::to_string(peer) + " is out of range for a group of " +
+           std::to_string(size) + " ranks";
+}
+
+/// The error text of a send or receive that did not complete within the transport's timeout.
+inline std::string wait_timeout_message(rank_t me, long long timeout_ms, rank_t peer, bool is_send, tag_t tag) {
+    return "rank " + std::to_string(me) + ": timed out after " + std::to_string(timeout_ms) + " ms waiting for rank " +
+           std::to_string(peer) + " (" + (is_send ? "send of " : "receive of ") + describe_tag(tag) + ")";
+}
+
+/// The reason a group fails when a request is destroyed before its operation completed.
+inline std::string abandoned_message(rank_t me, bool is_send, tag_t tag, rank_t peer) {
+    return "rank " + std::to_string(me) + " abandoned a pending " + (is_send ? "send of " : "receive of ") +
+           describe_tag(tag) + (is_send ? " to rank " : " from rank ") + std::to_string(peer);
+}
+
 /// The error text of a message whose size differs from the receive posted for it; shared by
 /// the transports so every one reports it the same way.
 inline std::string size_mismatch_message(rank_t me, std::size_t got, rank_t src, tag_t tag, std::size_t posted) {

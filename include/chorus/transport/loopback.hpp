@@ -159,8 +159,7 @@ public:
             was_pending = !r->done;
             unpost(box, r);
         }
-        if (was_pending) abort(me, "rank " + std::to_string(me) + " abandoned a pending receive of " +
-                                       describe_tag(r->tag) + " from rank " + std::to_string(r->src));
+        if (was_pending) abort(me, abandoned_message(me, /*is_send=*/false, r->tag, r->src));
     }
 
     /// Marks the group failed on behalf of `who`; the first reason is kept.
@@ -291,8 +290,7 @@ public:
 private:
     void check_peer(rank_t peer) const {
         if (peer < 0 || peer >= size())
-            throw invalid_argument("rank " + std::to_string(rank_) + ": peer " + std::to_string(peer) +
-                                   " is out of range for a group of " + std::to_string(size()) + " ranks");
+            throw invalid_argument(detail::peer_range_message(rank_, peer, size()));
     }
 
     std::shared_ptr<detail::loopback_world> world_;

@@ -350,10 +350,7 @@ public:
         }
         unpost(*op);
         if (finished) throw_if_failed();  // the group failed while we waited
-        std::string const what = "rank " + std::to_string(cfg_.rank) + ": timed out after " +
-                                 std::to_string(cfg_.timeout.count()) + " ms waiting for rank " +
-                                 std::to_string(op->peer) + " (" + (op->is_send ? "send of " : "receive of ") +
-                                 describe_tag(op->tag) + ")";
+        std::string const what = wait_timeout_message(cfg_.rank, cfg_.timeout.count(), op->peer, op->is_send, op->tag);
         fail_group(cfg_.rank, what);
         throw timeout_error(op->peer, what);
     }
@@ -369,9 +366,7 @@ public:
     void cancel(std::shared_ptr<tcp_op> const& op) noexcept {
         if (op->done) return;
         unpost(*op);
-        fail_group(cfg_.rank, "rank " + std::to_string(cfg_.rank) + " abandoned a pending " +
-                                  (op->is_send ? "send of " : "receive of ") + describe_tag(op->tag) +
-                                  (op->is_send ? " to rank " : " from rank ") + std::to_string(op->peer));
+        fail_group(cfg_.rank, abandoned_message(cfg_.rank, op->is_send, op->tag, op->peer));
     }
 
     void abort(std::string const& reason) noexcept { fail_group(cfg_.rank, reason); }
@@ -385,8 +380,7 @@ private:
 
     void check_peer(rank_t peer) const {
         if (peer < 0 || peer >= cfg_.size)
-            throw invalid_argument("rank " + std::to_string(cfg_.rank) + ": peer " + std::to_string(peer) +
-                                   " is out of range for a group of " + std::to_string(cfg_.size) + " ranks");
+            throw invalid_argument(peer_range_message(cfg_.rank, peer, cfg_.size));
     }
 
     static void fail(tcp_op& op, errc e, std::string message) {
