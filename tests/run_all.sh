@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the main build (unit, header-check and package tests, warnings
-# as errors), then the unit tests again under ThreadSanitizer and under ASan + UBSan.
+# Builds and runs every test: the CUDA build where nvcc exists, the main build (unit,
+# header-check and package tests, warnings as errors), then the unit tests again under
+# ThreadSanitizer and under ASan + UBSan.
 # Usage: tests/run_all.sh            (from anywhere; build trees go to build*/ in the checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,11 +16,9 @@ run() {
     ctest --test-dir "$dir" --output-on-failure -j "$jobs"
 }
 
-run build -DCHORUS_WERROR=ON
-run build-tsan -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
-run build-asan -DCHORUS_SANITIZE=address,undefined -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
-# CUDA: where nvcc exists (CUDA 12 or later), everything CUDA builds, sm_90 and portable PTX,
-# and the CUDA tests run; without a GPU they report skipped, with the reason below.
+# CUDA first: where nvcc exists (CUDA 12 or later), everything CUDA builds, sm_90 and portable
+# PTX, and the CUDA tests run; without a GPU they report skipped, with the reason below. First,
+# so that the run ends with the summary of the tests that did run, not with a list of skips.
 nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
 if [ -n "$nvcc" ]; then
     echo "=== build-cuda: $nvcc"
@@ -32,4 +31,8 @@ if [ -n "$nvcc" ]; then
 else
     echo "=== no nvcc: the CUDA transport is not built (install CUDA 12+ for it)"
 fi
+
+run build -DCHORUS_WERROR=ON
+run build-tsan -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
+run build-asan -DCHORUS_SANITIZE=address,undefined -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
 echo "=== all tests passed"
