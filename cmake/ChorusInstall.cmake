@@ -38,6 +38,10 @@ if(CHORUS_WITH_ASIO)
     list(APPEND _chorus_package_files "${PROJECT_SOURCE_DIR}/cmake/FindAsio.cmake")
     # Also beside the build-tree config, so -Dchorus_DIR=<build dir> works too.
     configure_file("${PROJECT_SOURCE_DIR}/cmake/FindAsio.cmake" "${PROJECT_BINARY_DIR}/FindAsio.cmake" COPYONLY)
+    # chorus::tcp_compiled and chorus::cuda_ipc are defined in the consumer's build from these
+    # two (the engine's one-line .cpp is compiled there): no binary in the package.
+    list(APPEND _chorus_package_files "${PROJECT_SOURCE_DIR}/cmake/chorus-compiled-targets.cmake" "${_chorus_tcp_impl}")
+    configure_file("${PROJECT_SOURCE_DIR}/cmake/chorus-compiled-targets.cmake" "${PROJECT_BINARY_DIR}/chorus-compiled-targets.cmake" COPYONLY)
 endif()
 install(FILES ${_chorus_package_files} DESTINATION "${_chorus_cmakedir}")
 install(FILES "${PROJECT_SOURCE_DIR}/LICENSE" DESTINATION "${CMAKE_INSTALL_DOCDIR}")

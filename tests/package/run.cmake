@@ -3,7 +3,8 @@
 #   cmake -DKIND=find_package|add_subdirectory|fetchcontent
 #         -DCHORUS_SOURCE_DIR=<checkout> -DCHORUS_BINARY_DIR=<configured chorus build>
 #         -DWORK_DIR=<scratch dir, deleted first> [-DGENERATOR=Ninja] [-DCXX_COMPILER=...]
-#         [-DMAKE_PROGRAM=...] [-DWITH_ASIO=ON] -P run.cmake
+#         [-DMAKE_PROGRAM=...] [-DWITH_ASIO=ON]
+#         [-DCUDA_COMPILER=<nvcc> -DCUDA_ARCHITECTURES=...] -P run.cmake   (find_package only)
 
 foreach(_var IN ITEMS KIND CHORUS_SOURCE_DIR WORK_DIR)
     if(NOT ${_var})
@@ -49,6 +50,15 @@ if(MAKE_PROGRAM)
     list(APPEND _configure "-DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}")
 endif()
 
+if(CUDA_COMPILER)
+    if(NOT KIND STREQUAL "find_package")
+        message(FATAL_ERROR "run.cmake: the CUDA consumer is built with KIND=find_package only")
+    endif()
+    # CUDA_ARCHITECTURES stays "|"-joined down to the consumer: a list would split commands.
+    list(APPEND _configure -DCHORUS_EXPECT_CUDA=ON "-DCMAKE_CUDA_COMPILER=${CUDA_COMPILER}"
+        "-DCHORUS_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
+endif()
+
 if(KIND STREQUAL "find_package")
     if(NOT CHORUS_BINARY_DIR)
         message(FATAL_ERROR "run.cmake: find_package needs -DCHORUS_BINARY_DIR=...")
@@ -62,9 +72,23 @@ endif()
 
 run_step("configure" ${_configure})
 run_step("build" "${CMAKE_COMMAND}" --build "${WORK_DIR}/build" --config Release)
+set(_exe_suffix "")
 if(CMAKE_HOST_WIN32)
-    set(_exe "${WORK_DIR}/bin/consumer.exe")
-else()
-    set(_exe "${WORK_DIR}/bin/consumer")
+    set(_exe_suffix ".exe")
 endif()
-run_step("run" "${_exe}")
+run_step("run" "${WORK_DIR}/bin/consumer${_exe_suffix}")
+if(WITH_ASIO)
+    run_step("run" "${WORK_DIR}/bin/consumer_tcp${_exe_suffix}")
+endif()
+if(CUDA_COMPILER)
+    # Two ranks under the installed launcher. Without a GPU the program says so and exits 77:
+    # the package was still installed, found, compiled and linked, which is what this tests.
+    set(_launch "${WORK_DIR}/prefix/bin/chorusrun" -n 2 --timeout-ms 60000 "${WORK_DIR}/bin/consumer_cuda")
+    message(STATUS "[${KIND}] run: ${_launch}")
+    execute_process(COMMAND ${_launch} RESULT_VARIABLE _rc)
+    if(_rc EQUAL 77)
+        message(STATUS "[${KIND}] consumer_cuda built and linked; not run: no usable GPU")
+    elseif(NOT _rc EQUAL 0)
+        message(FATAL_ERROR "[${KIND}] consumer_cuda failed: ${_rc}")
+    endif()
+endif()
