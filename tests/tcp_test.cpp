@@ -207,6 +207,32 @@ TEST_CASE("staged protocol (host model): messages of many chunks, unexpected and
     CHECK(testing_support::host_model_device::open_handles.load() == 0);
 }
 
+TEST_CASE("staged protocol (host model): a clean group frees its FIFOs, a failed one abandons them") {
+    using device = testing_support::host_model_device;
+    auto released = device::released_fifos.load(), abandoned = device::abandoned_fifos.load();
+    staged_runner::run(3, [](staged_model& tp) { chorus::barrier(tp); }, 20s);
+    CHECK(device::released_fifos.load() - released == 3);
+    CHECK(device::abandoned_fifos.load() - abandoned == 0);
+
+    // Rank 1 gives up: nobody says goodbye, so a peer may still hold any FIFO open (on a
+    // device, freeing it then is undefined): every rank abandons its own instead.
+    released = device::released_fifos.load();
+    abandoned = device::abandoned_fifos.load();
+    std::atomic<int> failed{0};
+    staged_runner::run(3, [&](staged_model& tp) {
+        if (tp.rank() == 1) tp.abort("rank 1 gives up");
+        std::vector<std::uint32_t> in(4);
+        try {
+            tp.irecv((tp.rank() + 1) % 3, 5, conformance::bytes(in)).wait();
+        } catch (chorus::error const&) {
+            ++failed;
+        }
+    }, 20s);
+    CHECK(failed.load() == 3);
+    CHECK(device::released_fifos.load() - released == 0);
+    CHECK(device::abandoned_fifos.load() - abandoned == 3);
+}
+
 TEST_CASE("tcp: every collective front door at 2, 3 and 4 ranks") {
     for (rank_t p : {2, 3, 4}) {
         CAPTURE(p);

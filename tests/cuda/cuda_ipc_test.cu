@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -43,11 +44,9 @@ int skip_without_gpu() {
     return 0;
 }
 
+// Throws, so that the transport's destructor still runs and the peers learn of the failure.
 void check_cuda(cudaError_t e, char const* what) {
-    if (e != cudaSuccess) {
-        std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-        std::exit(1);
-    }
+    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
 /// A device array of n elements (RAII), with host round trips.
@@ -348,9 +347,25 @@ int matrix() {
     movements<std::int32_t>(tp, t, sizes);
     movements<double>(tp, t, sizes);
     movements<__half>(tp, t, sizes);
-    // A message of many chunks: 24 MiB of floats through 4 MiB slots.
+    // Messages of many chunks (the algorithms cut theirs into segments of at most a few
+    // hundred KiB, so only point to point gets here): 24 MiB + 12 bytes to the next rank,
+    // arriving before its receive is posted (staged as unexpected, chunk by chunk), and the
+    // same to this rank itself, through its own FIFO.
     {
         std::size_t const n = (std::size_t{24} << 20) / sizeof(float) + 3;
+        auto const pattern = [](rank_t r, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(r) * 7919 + i) % 65536); };
+        std::vector<float> host(n);
+        for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(pattern(tp.rank(), i));
+        device_array<float> out(host), from_prev(n), from_self(n);
+        rank_t const prev = (tp.rank() + p - 1) % p;
+        auto s = chorus::isend(tp, (tp.rank() + 1) % p, out.span(), 7);
+        chorus::barrier(tp);  // progress drains the message into staging meanwhile
+        chorus::recv(tp, prev, from_prev.span(), 7);
+        s.wait();
+        t.compare("send/recv float 24 MiB from rank-1, unexpected", from_prev.get(), [&](std::size_t i) { return pattern(prev, i); }, 0);
+        chorus::sendrecv(tp, tp.rank(), out.span(), tp.rank(), from_self.span(), 8);
+        t.compare("sendrecv float 24 MiB to self", from_self.get(), [&](std::size_t i) { return pattern(tp.rank(), i); }, 0);
+
         device_array<float> d(contribution<float, chorus::sum>(tp.rank(), n));
         chorus::allreduce<chorus::ring>(tp, d.span(), chorus::sum{});
         t.compare("allreduce<ring> float sum 24 MiB", d.get(), [&](std::size_t i) { return expected<float, chorus::sum>(p, i); }, 1e-6);
@@ -427,6 +442,9 @@ int main(int argc, char** argv) {
         return 2;
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "chorus error: %s\n", e.what());
+        return 1;
+    } catch (std::exception const& e) {
+        std::fprintf(stderr, "error: %s\n", e.what());
         return 1;
     }
 }

@@ -5,8 +5,11 @@
 # 1. Builds the CUDA targets (-DCHORUS_WITH_CUDA=ON) unless BUILD_DIR already has them (they can
 #    be built on a machine without a GPU and carried: cudart is linked statically).
 # 2. Runs the CUDA test suite: every collective x algorithm x op x dtype on 2 and 4 ranks
-#    sharing the GPU(s), the generic tcp/cuda user function, the error test, the example. Here
-#    a skip (exit 77: no usable GPU) is a failure.
+#    sharing the GPU(s), and on 3 ranks through small FIFOs (every message many chunks), the
+#    generic tcp/cuda user function, the error test, the example. Here a skip (exit 77: no
+#    usable GPU, e.g. a driver older than the toolkit) is a failure.
+# The step limits add up to 480 s, so that even a run whose every step hangs ends, with its
+# summary, inside one 600 s device command.
 # 3. Runs cuda_bench at 2 and 4 ranks, 4 KiB to 1 GiB (allreduce, allgather, broadcast), with
 #    the device-to-device cudaMemcpy ceiling of the same run.
 set -uo pipefail
@@ -18,16 +21,24 @@ log() { echo "=== $*" | tee -a "$out/summary.txt"; }
 status=0
 
 log "gpu check $(date -u +%FT%TZ) on $(hostname), $(nproc) cores"
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a "$out/summary.txt"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version,compute_mode --format=csv,noheader | tee -a "$out/summary.txt"
 
 need="$build/chorusrun $build/tests/cuda/cuda_ipc_test $build/bench/cuda_bench $build/examples/allreduce_cuda_ipc"
 missing=0
 for f in $need; do [ -x "$f" ] || missing=1; done
 if [ $missing = 1 ]; then
+    # Carrying a build made elsewhere saves this (minutes of nvcc); it needs Asio, doctest,
+    # range-v3 and CMake here.
     log "building $build"
-    cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORUS_WITH_CUDA=ON -DCHORUS_BUILD_TESTS=ON >"$out/configure.log" 2>&1 &&
-        timeout 300 cmake --build "$build" --target chorusrun cuda_ipc_test cuda_bench allreduce_cuda_ipc >"$out/build.log" 2>&1 ||
-        { log "FAILED: build (see $out/build.log)"; tail -30 "$out/build.log"; exit 1; }
+    generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+    if ! cmake -S . -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCHORUS_WITH_CUDA=ON -DCHORUS_BUILD_TESTS=ON \
+        >"$out/configure.log" 2>&1; then
+        log "FAILED: configure"; tail -30 "$out/configure.log"; exit 1
+    fi
+    if ! timeout 300 cmake --build "$build" -j "$(nproc)" --target chorusrun cuda_ipc_test cuda_bench allreduce_cuda_ipc \
+        >"$out/build.log" 2>&1; then
+        log "FAILED: build"; tail -30 "$out/build.log"; exit 1
+    fi
 fi
 
 run=$build/chorusrun
@@ -41,14 +52,16 @@ step() {  # step NAME TIMEOUT_S COMMAND...: a GPU step that must exit 0 (77, "sk
     grep -h "checks passed\|checks wrong" "$out/$name.log" | head -4 | tee -a "$out/summary.txt"
 }
 
-step matrix.p2 150 "$run" -n 2 --timeout-ms 60000 "$build/tests/cuda/cuda_ipc_test" matrix
-step matrix.p4 150 "$run" -n 4 --timeout-ms 60000 "$build/tests/cuda/cuda_ipc_test" matrix
-step generic.p2 60 "$run" -n 2 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" generic
-step errors.p3 60 "$run" -n 3 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" errors
-step example.p2 60 "$run" -n 2 --timeout-ms 30000 "$build/examples/allreduce_cuda_ipc"
+step matrix.p2 80 "$run" -n 2 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
+step matrix.p4 90 "$run" -n 4 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
+CHORUS_CUDA_CHUNK_BYTES=4096 CHORUS_CUDA_SLOTS=2 \
+    step matrix.small_fifo.p3 70 "$run" -n 3 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
+step generic.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" generic
+step errors.p3 30 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" errors
+step example.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/examples/allreduce_cuda_ipc"
 
 for n in 2 4; do
-    step "bench.p$n" 120 "$run" --no-prefix -n "$n" --timeout-ms 60000 "$build/bench/cuda_bench" -b 4K -e 1G -f 4
+    step "bench.p$n" 75 "$run" --no-prefix -n "$n" --timeout-ms 60000 "$build/bench/cuda_bench" -b 4K -e 1G -f 4
     grep -v "^#" "$out/bench.p$n.log" | tee -a "$out/cuda_bench.txt" >/dev/null
 done
 log "bench rows: $out/cuda_bench.txt"

@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include <chorus/memory.hpp>
 
@@ -30,7 +32,26 @@ public:
     };
 
     void* allocate_shared(std::size_t bytes) { return ::operator new(bytes ? bytes : 1); }
-    void release_shared(void* p) noexcept { ::operator delete(p); }
+    void release_shared(void* p) noexcept {
+        ++released_fifos;
+        ::operator delete(p);
+    }
+    // Another rank (thread) may still copy into it: kept until the program ends, as a process's
+    // exit reclaims an abandoned CUDA FIFO.
+    void abandon_shared(void* p) noexcept {
+        ++abandoned_fifos;
+        try {
+            struct deleter {
+                void operator()(void* q) const noexcept { ::operator delete(q); }
+            };
+            static std::mutex m;
+            static std::vector<std::unique_ptr<void, deleter>> kept;
+            std::lock_guard lock(m);
+            kept.emplace_back(p);
+        } catch (...) {  // out of memory: leaked, as on a device
+        }
+    }
+    void check_current() const noexcept {}
     void* allocate(std::size_t bytes) { return ::operator new(bytes ? bytes : 1); }
     void release(void* p) noexcept { ::operator delete(p); }
     handle export_handle(void* base) { return reinterpret_cast<handle>(base); }
@@ -57,6 +78,8 @@ public:
 
     /// Peer handles open now, over all ranks of the process: 0 once every transport closed.
     static inline std::atomic<long> open_handles{0};
+    /// FIFOs freed (every peer said goodbye) and abandoned (one may still use it), all ranks.
+    static inline std::atomic<long> released_fifos{0}, abandoned_fifos{0};
     long copies = 0;  // copies enqueued so far by this rank
 
 private:

@@ -34,6 +34,8 @@
 // Device (a policy, see cuda_ipc.hpp for the CUDA one and tests/support for a host model):
 //   using memory_space; using handle (trivially copyable); using event;
 //   void* allocate_shared(std::size_t bytes);  void release_shared(void*) noexcept;  // exportable
+//   void abandon_shared(void*) noexcept;       // peers may still have it open: never free it
+//   void check_current();                      // throws unless the caller may use the device
 //   void* allocate(std::size_t bytes);         void release(void*) noexcept;         // staging
 //   handle export_handle(void* base);          void* open_handle(handle const&);
 //   void close_handle(void*) noexcept;
@@ -120,7 +122,7 @@ public:
             for (rank_t r = 0; r < size(); ++r) post_control_receive(r);
         } catch (...) {
             close_peers();
-            device_.release_shared(fifo_);
+            device_.abandon_shared(fifo_);  // a peer may have opened it already
             throw;
         }
     }
@@ -133,12 +135,16 @@ public:
         // FIFO completed and it closed our memory, so only then is the FIFO released. Sends
         // still queued (their requests were abandoned, which failed the group) stay unsent.
         // A failed group skips the goodbye: its control requests fail at once.
+        // Without every goodbye a peer may still have the FIFO open, or copies into it queued:
+        // freeing memory another process maps is undefined, so it is abandoned instead (for
+        // CUDA: reclaimed when the process exits).
         closing_ = true;
         device_.synchronize();
         close_peers();
+        bool all_said_bye = false;
         if (!failure_) {
             try {
-                goodbye();
+                all_said_bye = goodbye();
             } catch (...) {
             }
         }
@@ -153,7 +159,8 @@ public:
                 if (*r) (*r)->detach();
         }
         control_.reset();
-        device_.release_shared(fifo_);
+        if (all_said_bye) device_.release_shared(fifo_);
+        else device_.abandon_shared(fifo_);
     }
 
     rank_t rank() const noexcept { return me_; }
@@ -166,6 +173,7 @@ public:
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         check_peer(peer);
         throw_if_failed();
+        check_device();
         auto op = std::make_shared<staged_op>();
         op->is_send = true;
         op->peer = peer;
@@ -180,6 +188,7 @@ public:
     op_ptr irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
         check_peer(peer);
         throw_if_failed();
+        check_device();
         auto op = std::make_shared<staged_op>();
         op->peer = peer;
         op->tag = tag;
@@ -209,6 +218,7 @@ public:
     }
 
     void wait(op_ptr const& op) {
+        check_device();
         auto const deadline = clock::now() + timeout_;
         for (;;) {
             progress();
@@ -232,6 +242,7 @@ public:
     }
 
     bool test(op_ptr const& op) {
+        check_device();
         progress();
         if (!op->done && !failure_) return false;
         wait(op);  // returns or throws at once
@@ -355,7 +366,8 @@ private:
         q.current_staged.reset();
     }
 
-    void goodbye() {
+    // True once every peer said goodbye (its copies into our FIFO are complete, it closed it).
+    bool goodbye() {
         for (rank_t r = 0; r < size(); ++r) send_control(r, {staged_control::bye, 0, 0, 0, 0, 0});
         auto const deadline = clock::now() + timeout_;
         auto const finished = [&] {
@@ -365,9 +377,10 @@ private:
         };
         while (!finished() && clock::now() < deadline) {
             progress();
-            if (failure_) return;
+            if (failure_) return false;
             std::this_thread::yield();
         }
+        return finished();
     }
 
     std::byte* local_slot(rank_t from, std::size_t slot) const noexcept {
@@ -385,6 +398,17 @@ private:
         op.message = std::move(message);
         op.matched = true;
         op.done = true;
+    }
+
+    // Copies and events must go to the device the FIFOs live on: a thread whose current device
+    // is another one fails here, and the group with it, rather than misplacing work.
+    void check_device() {
+        try {
+            device_.check_current();
+        } catch (error const& e) {
+            abort(e.what());
+            throw;
+        }
     }
 
     void unpost(staged_op& op) noexcept {
@@ -408,8 +432,16 @@ private:
                 progress_receives(r);
                 std::erase_if(q.control_sends, [](control_send& c) { return c.request->test(); });
             }
-        } catch (error const&) {
+        } catch (error const& e) {
             failure_ = std::current_exception();
+            // A device error is this rank's own: tell the peers why (a control error came from
+            // them, or from a connection they see fail too).
+            if (dynamic_cast<device_error const*>(&e)) {
+                try {
+                    control_->abort(e.what());
+                } catch (...) {
+                }
+            }
             for (auto& q : peers_) {
                 for (auto& op : q.recvs) op->matched = true;
                 q.recvs.clear();

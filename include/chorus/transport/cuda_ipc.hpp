@@ -5,8 +5,9 @@
 // cuda_ipc_transport: ranks are processes of one node, each bound to a GPU (LOCAL_RANK modulo
 // the device count, so several ranks may share one); message buffers are CUDA device memory.
 // The same algorithm templates as over TCP run over it: `chorus::allreduce(tp, span, op)` with
-// a std::span over device memory allocates its scratch with cudaMallocAsync and reduces with
-// the kernels below, because the transport's memory_space is cuda_device_memory.
+// a std::span over device memory allocates its scratch stream-ordered (from a pool of its own)
+// and reduces with the kernels below, because the transport's memory_space is
+// cuda_device_memory.
 //
 // Messages move through per-peer FIFOs in the receiver's device memory, shared once with
 // cudaIpcGetMemHandle / cudaIpcOpenMemHandle (the protocol: detail/staged_engine.hpp); the
@@ -35,6 +36,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
+#include <mutex>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -82,10 +85,47 @@ __global__ void cuda_finalize_kernel(T* data, std::size_t n, Op op, rank_t p) {
         data[i] = static_cast<T>(op.finalize(data[i], p));
 }
 
+// Scratch and staging come from a pool of chorus's own per device, stream-ordered
+// (cudaMallocFromPoolAsync), that keeps what it was given back: the default pool returns its
+// memory to the device at every synchronisation (release threshold 0), so each collective
+// after a cudaStreamSynchronize would map its scratch again. Chorus's pool holds at most its
+// peak scratch (about the largest message), as NCCL holds its buffers; the program's own
+// cudaMallocAsync pool is left as it is.
+inline cudaMemPool_t cuda_scratch_pool() {
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    static std::mutex m;
+    static std::vector<cudaMemPool_t> pools;  // by device ordinal; live as long as the process
+    std::lock_guard lock(m);
+    if (pools.size() <= static_cast<std::size_t>(device)) pools.resize(static_cast<std::size_t>(device) + 1, nullptr);
+    cudaMemPool_t& pool = pools[static_cast<std::size_t>(device)];
+    if (!pool) {
+        cudaMemPoolProps props{};
+        props.allocType = cudaMemAllocationTypePinned;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = device;
+        cudaMemPool_t created = nullptr;
+        cuda_check(cudaMemPoolCreate(&created, &props), "cudaMemPoolCreate (chorus scratch)");
+        auto keep = std::numeric_limits<std::uint64_t>::max();
+        if (cudaError_t const e = cudaMemPoolSetAttribute(created, cudaMemPoolAttrReleaseThreshold, &keep); e != cudaSuccess) {
+            (void)cudaMemPoolDestroy(created);
+            cuda_check(e, "cudaMemPoolSetAttribute (chorus scratch)");
+        }
+        pool = created;
+    }
+    return pool;
+}
+
+inline void* cuda_scratch_allocate(std::size_t bytes, char const* what) {
+    void* p = nullptr;
+    cuda_check(cudaMallocFromPoolAsync(&p, bytes, cuda_scratch_pool(), cuda_stream()), what);
+    return p;
+}
+
 } // namespace detail
 
-/// CUDA device memory of the current device. Scratch comes from the stream-ordered pool
-/// (cudaMallocAsync: no device-wide synchronisation per collective); reductions are kernels
+/// CUDA device memory of the current device. Scratch comes from a stream-ordered pool
+/// (cudaMallocFromPoolAsync: no device-wide synchronisation per collective); reductions are kernels
 /// on chorus's stream, so an operation's `operator()` must be CHORUS_HOST_DEVICE (all the
 /// built-in ones are).
 struct cuda_device_memory {
@@ -94,8 +134,7 @@ struct cuda_device_memory {
     public:
         buffer() = default;
         explicit buffer(std::size_t n) : size_(n) {
-            if (n) detail::cuda_check(cudaMallocAsync(reinterpret_cast<void**>(&data_), n * sizeof(T), detail::cuda_stream()),
-                                      "cudaMallocAsync (chorus scratch)");
+            if (n) data_ = static_cast<T*>(detail::cuda_scratch_allocate(n * sizeof(T), "cudaMallocFromPoolAsync (chorus scratch)"));
         }
         buffer(buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
         buffer& operator=(buffer&& o) noexcept {
@@ -178,12 +217,19 @@ public:
         return p;
     }
     void release_shared(void* p) noexcept { (void)cudaFree(p); }
-    // Staging for messages that arrive before their receive: stream-ordered, like scratch.
-    void* allocate(std::size_t bytes) {
-        void* p = nullptr;
-        cuda_check(cudaMallocAsync(&p, bytes ? bytes : 1, cuda_stream()), "cudaMallocAsync (chorus staging)");
-        return p;
+    // Freeing a region another process still has open is undefined (CUDA IPC's rule), and
+    // peers that did not say goodbye may: it stays allocated until this process exits.
+    void abandon_shared(void*) noexcept {}
+    void check_current() const {
+        int current = -1;
+        cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+        if (current != ordinal_)
+            throw invalid_argument("cuda_ipc_transport: this thread's current CUDA device is " + std::to_string(current) +
+                                   ", the transport's is " + std::to_string(ordinal_) + ": call cudaSetDevice(" +
+                                   std::to_string(ordinal_) + ") in this thread first (the constructor sets it only in its own)");
     }
+    // Staging for messages that arrive before their receive: stream-ordered, like scratch.
+    void* allocate(std::size_t bytes) { return cuda_scratch_allocate(bytes ? bytes : 1, "cudaMallocFromPoolAsync (chorus staging)"); }
     void release(void* p) noexcept { (void)cudaFreeAsync(p, cuda_stream()); }
 
     handle export_handle(void* base) {
@@ -264,7 +310,9 @@ struct cuda_ipc_config {
     cuda_ipc_options options;
 };
 
-/// One rank of a CUDA IPC group. Move-only; one thread drives it.
+/// One rank of a CUDA IPC group. Move-only; one thread drives it, with the transport's device
+/// current (the constructor makes it current in its thread; another thread must call
+/// cudaSetDevice(tp.device_ordinal()) first, or its operations throw invalid_argument).
 class cuda_ipc_transport : public detail::staged_transport<detail::cuda_ipc_device> {
     using base = detail::staged_transport<detail::cuda_ipc_device>;
 
