@@ -347,8 +347,8 @@ int matrix() {
     movements<std::int32_t>(tp, t, sizes);
     movements<double>(tp, t, sizes);
     movements<__half>(tp, t, sizes);
-    // Messages of many chunks (the algorithms cut theirs into segments of at most a few
-    // hundred KiB, so only point to point gets here): 24 MiB + 12 bytes to the next rank,
+    // Messages of more chunks than a FIFO has slots (the ring allreduce's are at most one
+    // 4 MiB chunk, so only point to point gets here): 24 MiB + 12 bytes to the next rank,
     // arriving before its receive is posted (staged as unexpected, chunk by chunk), and the
     // same to this rank itself, through its own FIFO.
     {
@@ -402,6 +402,9 @@ int generic() {
     t.compare("average_gradients<cuda_ipc_transport>(device span)", d.get(), want, 1e-6);
     static_assert(std::is_same_v<chorus::tcp_transport::memory_space, chorus::host_memory>);
     static_assert(std::is_same_v<chorus::cuda_ipc_transport::memory_space, chorus::cuda_device_memory>);
+    // The ring's segments follow the transport: 4 MiB messages on the device, 256 KiB over TCP.
+    static_assert(chorus::detail::ring_segment_elements<chorus::cuda_ipc_transport, float>() == (std::size_t{1} << 20));
+    static_assert(chorus::detail::ring_segment_elements<chorus::tcp_transport, float>() == 65536);
     chorus::barrier(dev);
     return report(dev, t, "generic");
 }

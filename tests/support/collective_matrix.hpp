@@ -170,7 +170,7 @@ void allreduce_pipelined(Tp& tp, failures& f) {
     run({64, 4}, {4099});
 
     // The default segment size: blocks of two segments and a few elements.
-    std::size_t const big = up * (2 * chorus::detail::ring_segment_elements<float>() + 3) + 1;
+    std::size_t const big = up * (2 * chorus::detail::ring_segment_elements<Tp, float>() + 3) + 1;
     std::vector<float> v(big);
     for (std::size_t i = 0; i < big; ++i) v[i] = value<float>(op_kind::sum, tp.rank(), i);
     chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
@@ -179,7 +179,7 @@ void allreduce_pipelined(Tp& tp, failures& f) {
 
     // Sums that round: every rank must still hold the same bits (each element is reduced
     // once and copied), with segments of every size.
-    for (std::size_t segment : {std::size_t{1}, std::size_t{7}, chorus::detail::ring_segment_elements<float>()}) {
+    for (std::size_t segment : {std::size_t{1}, std::size_t{7}, chorus::detail::ring_segment_elements<Tp, float>()}) {
         std::size_t const n = up * 40 + 3;
         std::vector<float> mine(n);
         for (std::size_t i = 0; i < n; ++i)

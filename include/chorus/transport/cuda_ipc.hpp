@@ -347,6 +347,11 @@ public:
     static cuda_ipc_config config_from_env() { return {tcp_transport::config_from_env(), options_from_env()}; }
     static cuda_ipc_transport from_env() { return cuda_ipc_transport(config_from_env()); }
 
+    /// Ring allreduce segments (detail::ring_segment_elements): each message costs a control
+    /// round trip of tens of microseconds while a 256 KiB device copy takes a few, so the
+    /// ring's messages are as large as the default FIFO chunk.
+    static constexpr std::size_t ring_segment_bytes = std::size_t{4} << 20;
+
     /// The CUDA device ordinal this rank uses.
     int device_ordinal() noexcept { return device().ordinal(); }
     /// Waits for all of chorus's queued device work (the last reduction of a collective).
