@@ -207,6 +207,26 @@ TEST_CASE("staged protocol (host model): messages of many chunks, unexpected and
     CHECK(testing_support::host_model_device::open_handles.load() == 0);
 }
 
+TEST_CASE("staged protocol (host model): a device error or a wrong current device fails the collective on every rank, with its text") {
+    for (bool const copy_fails : {true, false}) {
+        CAPTURE(copy_fails);
+        std::mutex mutex;
+        std::vector<std::string> errors(3, "no error");
+        staged_runner::run(3, [&](staged_model& tp) {
+            if (tp.rank() == 0) (copy_fails ? tp.device().fail_copies : tp.device().wrong_device) = true;
+            std::vector<std::uint32_t> v(100, 1);
+            try {
+                chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
+            } catch (chorus::error const& e) {
+                std::lock_guard lock(mutex);
+                errors[static_cast<std::size_t>(tp.rank())] = e.what();
+            }
+        }, 20s);
+        char const* const want = copy_fails ? "host model: copy failed (injected)" : "current device is not the transport's";
+        for (auto const& e : errors) CHECK_MESSAGE(e.find(want) != std::string::npos, e);
+    }
+}
+
 TEST_CASE("staged protocol (host model): a clean group frees its FIFOs, a failed one abandons them") {
     using device = testing_support::host_model_device;
     auto released = device::released_fifos.load(), abandoned = device::abandoned_fifos.load();

@@ -347,8 +347,8 @@ int matrix() {
     movements<std::int32_t>(tp, t, sizes);
     movements<double>(tp, t, sizes);
     movements<__half>(tp, t, sizes);
-    // Messages of more chunks than a FIFO has slots (the ring allreduce's are at most one
-    // 4 MiB chunk, so only point to point gets here): 24 MiB + 12 bytes to the next rank,
+    // Messages of more chunks than a FIFO has slots (with the default 4 MiB chunks the ring
+    // allreduce's are one chunk each, so only point to point gets here): 24 MiB + 12 bytes to the next rank,
     // arriving before its receive is posted (staged as unexpected, chunk by chunk), and the
     // same to this rank itself, through its own FIFO.
     {

@@ -4,7 +4,9 @@
 // sum over 2 ranks is 3. Without a usable GPU it says so and exits 77.
 #include <cuda_runtime.h>
 #include <cstdio>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <chorus/chorus.hpp>
@@ -19,13 +21,19 @@ int main() {
     try {
         auto gpu = chorus::cuda_ipc_transport::from_env();
         std::vector<int> v(1000, gpu.rank() + 1);
-        int* d = nullptr;
-        if (cudaMalloc(&d, v.size() * sizeof(int)) != cudaSuccess) throw chorus::device_error("cudaMalloc failed");
-        cudaMemcpy(d, v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice);
-        chorus::allreduce(gpu, std::span(d, v.size()), chorus::sum{});
+        auto const check = [](cudaError_t e, char const* what) {
+            if (e != cudaSuccess) throw chorus::device_error(std::string(what) + ": " + cudaGetErrorString(e));
+        };
+        int* raw = nullptr;
+        check(cudaMalloc(&raw, v.size() * sizeof(int)), "cudaMalloc");
+        struct device_free {
+            void operator()(int* p) const noexcept { (void)cudaFree(p); }
+        };
+        std::unique_ptr<int, device_free> d(raw);
+        check(cudaMemcpy(d.get(), v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice), "cudaMemcpy");
+        chorus::allreduce(gpu, std::span(d.get(), v.size()), chorus::sum{});
         gpu.synchronize();
-        cudaMemcpy(v.data(), d, v.size() * sizeof(int), cudaMemcpyDeviceToHost);
-        cudaFree(d);
+        check(cudaMemcpy(v.data(), d.get(), v.size() * sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
         int const want = gpu.size() * (gpu.size() + 1) / 2;
         for (int x : v)
             if (x != want) {

@@ -19,6 +19,7 @@
 #include <new>
 #include <vector>
 
+#include <chorus/error.hpp>
 #include <chorus/memory.hpp>
 
 namespace testing_support {
@@ -51,7 +52,14 @@ public:
         } catch (...) {  // out of memory: leaked, as on a device
         }
     }
-    void check_current() const noexcept {}
+    // Faults a test can inject into this rank: a thread on the wrong device, a failing copy.
+    bool wrong_device = false;
+    bool fail_copies = false;
+    void check_current() const {
+        if (wrong_device) throw chorus::invalid_argument("host model: this thread's current device is not the transport's");
+    }
+    struct current_scope {};
+    current_scope scoped_current() const noexcept { return {}; }
     void* allocate(std::size_t bytes) { return ::operator new(bytes ? bytes : 1); }
     void release(void* p) noexcept { ::operator delete(p); }
     handle export_handle(void* base) { return reinterpret_cast<handle>(base); }
@@ -62,6 +70,7 @@ public:
     void close_handle(void*) noexcept { --open_handles; }
 
     void copy(void* dst, void const* src, std::size_t bytes) {
+        if (fail_copies) throw chorus::device_error("host model: copy failed (injected)");
         pending_.push_back({dst, src, bytes});
         ++enqueued_;
         ++copies;

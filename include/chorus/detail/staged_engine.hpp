@@ -25,7 +25,9 @@
 // slots are used round robin. Progress happens in the caller's thread, in every wait and test
 // (on every peer, so that a rank blocked on one message still drains the others' chunks).
 // Errors: a failed control operation (a peer died, aborted or timed out) fails the whole
-// engine; a size or collective mismatch fails its receive and, when waited for, the group.
+// engine, and so does a device error (its text goes to the peers) or a call from a thread
+// whose current device is not the engine's; a size or collective mismatch fails its receive
+// and, when waited for, the group.
 //
 // Cost per chunk: one device copy each side plus one control message each way (tens of
 // microseconds over loopback TCP); with `slots` chunks in flight per peer, copies of later
@@ -36,6 +38,7 @@
 //   void* allocate_shared(std::size_t bytes);  void release_shared(void*) noexcept;  // exportable
 //   void abandon_shared(void*) noexcept;       // peers may still have it open: never free it
 //   void check_current();                      // throws unless the caller may use the device
+//   scoped_current() noexcept;                 // RAII: the device is current while it lives
 //   void* allocate(std::size_t bytes);         void release(void*) noexcept;         // staging
 //   handle export_handle(void* base);          void* open_handle(handle const&);
 //   void close_handle(void*) noexcept;
@@ -138,6 +141,7 @@ public:
         // Without every goodbye a peer may still have the FIFO open, or copies into it queued:
         // freeing memory another process maps is undefined, so it is abandoned instead (for
         // CUDA: reclaimed when the process exits).
+        [[maybe_unused]] auto const current = device_.scoped_current();  // whichever thread destroys it
         closing_ = true;
         device_.synchronize();
         close_peers();
@@ -181,7 +185,12 @@ public:
         op->out = bytes.data();
         op->size = bytes.size();
         peer_of(peer).sends.push_back(op);
-        progress_sends(peer);
+        try {
+            progress_sends(peer);
+        } catch (error const&) {  // a device error: the engine fails (the op with it)
+            fail_engine();
+            throw;
+        }
         return op;
     }
 
@@ -204,7 +213,12 @@ public:
                     fail(*op, errc::size_mismatch, size_mismatch_message(me_, u->total, peer, tag, op->size));
                 else
                     u->receiver = op;
-                drain_unexpected(q);
+                try {
+                    drain_unexpected(q);
+                } catch (error const&) {
+                    fail_engine();
+                    throw;
+                }
                 return op;
             }
             if (tags_conflict(tag, u->tag)) {
@@ -432,20 +446,25 @@ private:
                 progress_receives(r);
                 std::erase_if(q.control_sends, [](control_send& c) { return c.request->test(); });
             }
-        } catch (error const& e) {
-            failure_ = std::current_exception();
-            // A device error is this rank's own: tell the peers why (a control error came from
-            // them, or from a connection they see fail too).
-            if (dynamic_cast<device_error const*>(&e)) {
-                try {
-                    control_->abort(e.what());
-                } catch (...) {
-                }
-            }
-            for (auto& q : peers_) {
-                for (auto& op : q.recvs) op->matched = true;
-                q.recvs.clear();
-            }
+        } catch (error const&) {
+            fail_engine();
+        }
+    }
+
+    // In a handler of an engine-failing error: every wait rethrows it from now on. A device
+    // error is this rank's own, so the peers are told why (a control error came from them,
+    // or from a connection they see fail too).
+    void fail_engine() noexcept {
+        failure_ = std::current_exception();
+        try {
+            throw;
+        } catch (device_error const& e) {
+            control_->abort(e.what());
+        } catch (...) {
+        }
+        for (auto& q : peers_) {
+            for (auto& op : q.recvs) op->matched = true;
+            q.recvs.clear();
         }
     }
 

@@ -220,6 +220,25 @@ public:
     // Freeing a region another process still has open is undefined (CUDA IPC's rule), and
     // peers that did not say goodbye may: it stays allocated until this process exits.
     void abandon_shared(void*) noexcept {}
+    // The transport's device made current for a scope (its destructor, which may run on any
+    // thread), and the thread's own restored after it.
+    class current_scope {
+    public:
+        explicit current_scope(int ordinal) noexcept {
+            if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != ordinal) (void)cudaSetDevice(ordinal);
+            else previous_ = -1;
+        }
+        current_scope(current_scope const&) = delete;
+        current_scope& operator=(current_scope const&) = delete;
+        ~current_scope() {
+            if (previous_ >= 0) (void)cudaSetDevice(previous_);
+        }
+
+    private:
+        int previous_ = -1;
+    };
+    current_scope scoped_current() const noexcept { return current_scope(ordinal_); }
+
     void check_current() const {
         int current = -1;
         cuda_check(cudaGetDevice(&current), "cudaGetDevice");
@@ -312,7 +331,9 @@ struct cuda_ipc_config {
 
 /// One rank of a CUDA IPC group. Move-only; one thread drives it, with the transport's device
 /// current (the constructor makes it current in its thread; another thread must call
-/// cudaSetDevice(tp.device_ordinal()) first, or its operations throw invalid_argument).
+/// cudaSetDevice(tp.device_ordinal()) first, or its operations throw invalid_argument and
+/// fail the group). A CUDA error in an operation fails the group too, its text reaching every
+/// rank, as any other failure does.
 class cuda_ipc_transport : public detail::staged_transport<detail::cuda_ipc_device> {
     using base = detail::staged_transport<detail::cuda_ipc_device>;
 
