@@ -348,9 +348,9 @@ int matrix() {
     movements<double>(tp, t, sizes);
     movements<__half>(tp, t, sizes);
     // Messages of more chunks than a FIFO has slots (with the default 4 MiB chunks the ring
-    // allreduce's are one chunk each, so only point to point gets here): 24 MiB + 12 bytes to the next rank,
-    // arriving before its receive is posted (staged as unexpected, chunk by chunk), and the
-    // same to this rank itself, through its own FIFO.
+    // allreduce's are one chunk each, so only point to point gets here): 24 MiB + 12 bytes to
+    // the next rank, arriving before its receive is posted (staged as unexpected, chunk by
+    // chunk), and the same to this rank itself, through its own FIFO.
     {
         std::size_t const n = (std::size_t{24} << 20) / sizeof(float) + 3;
         auto const pattern = [](rank_t r, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(r) * 7919 + i) % 65536); };

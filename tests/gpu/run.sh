@@ -8,11 +8,11 @@
 #    sharing the GPU(s), and on 3 ranks through small FIFOs (every message many chunks), the
 #    generic tcp/cuda user function, the error test, the example. Here a skip (exit 77: no
 #    usable GPU, e.g. a driver older than the toolkit) is a failure.
+# 3. Runs cuda_bench at 2 and 4 ranks, 4 KiB to 1 GiB (allreduce, allgather, broadcast), with
+#    the device-to-device cudaMemcpy ceiling of the same run.
 # The step limits add up to 480 s, so that with carried binaries even a run whose every step
 # hangs ends, with its summary, inside one 600 s device command (building here first adds up
 # to 300 s: then give the command the full 600 s and expect the steps to take far less).
-# 3. Runs cuda_bench at 2 and 4 ranks, 4 KiB to 1 GiB (allreduce, allgather, broadcast), with
-#    the device-to-device cudaMemcpy ceiling of the same run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build-cuda}

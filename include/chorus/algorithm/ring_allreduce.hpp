@@ -14,7 +14,8 @@
 // step s + 1.
 // Segments: every block is cut into the same number k of near-equal segments, k =
 // ceil(largest block / S) for a segment of S elements (detail::ring_segment_bytes, or the
-// transport's own Transport::ring_segment_bytes where it declares one; at least one element), so a vector of at most p * S elements is one segment per block and the
+// transport's own Transport::ring_segment_bytes where it declares one; at least one
+// element), so a vector of at most p * S elements is one segment per block and the
 // schedule is exactly the unsegmented ring. Chunk c = s * k + j is segment j of step s.
 // Pipeline: chunk c is forwarded as chunk c + k the moment it has been received (and, in
 // the reduce-scatter, reduced; in step p-2 also finalized), while the receives of the next

@@ -187,7 +187,7 @@ public:
         peer_of(peer).sends.push_back(op);
         try {
             progress_sends(peer);
-        } catch (error const&) {  // a device error: the engine fails (the op with it)
+        } catch (error const&) {  // a device or control error: the engine fails (the op with it)
             fail_engine();
             throw;
         }

@@ -125,9 +125,9 @@ inline void* cuda_scratch_allocate(std::size_t bytes, char const* what) {
 } // namespace detail
 
 /// CUDA device memory of the current device. Scratch comes from a stream-ordered pool
-/// (cudaMallocFromPoolAsync: no device-wide synchronisation per collective); reductions are kernels
-/// on chorus's stream, so an operation's `operator()` must be CHORUS_HOST_DEVICE (all the
-/// built-in ones are).
+/// (cudaMallocFromPoolAsync: no device-wide synchronisation per collective); reductions are
+/// kernels on chorus's stream, so an operation's `operator()` must be CHORUS_HOST_DEVICE (all
+/// the built-in ones are).
 struct cuda_device_memory {
     template <class T>
     class buffer {
