@@ -372,26 +372,25 @@ TEST_CASE("alltoallv: skewed counts with zero blocks, packed and with explicit d
 }
 
 TEST_CASE("automatic broadcast, allgather and alltoall: thresholds, CHORUS_ALGO names for the new schedules") {
-    using chorus::detail::algorithm_id;
     using chorus::detail::choose_allgather;
     using chorus::detail::choose_broadcast;
     constexpr std::size_t large = chorus::detail::broadcast_large_bytes;
-    CHECK(choose_broadcast(1, large).algorithm == algorithm_id::tree);
-    CHECK(choose_broadcast(2, 64 << 20).algorithm == algorithm_id::tree);
-    CHECK(choose_broadcast(3, large).algorithm == algorithm_id::tree);
-    CHECK(choose_broadcast(4, 64 << 20).algorithm == algorithm_id::tree);  // measured: the tree wins at p <= 4
-    CHECK(choose_broadcast(5, large - 1).algorithm == algorithm_id::tree);
-    CHECK(choose_broadcast(5, large).algorithm == algorithm_id::scatter_allgather);
-    CHECK(choose_broadcast(8, 64 << 20).algorithm == algorithm_id::scatter_allgather);
+    CHECK(choose_broadcast(1, large).algorithm == chorus::tree::name);
+    CHECK(choose_broadcast(2, 64 << 20).algorithm == chorus::tree::name);
+    CHECK(choose_broadcast(3, large).algorithm == chorus::tree::name);
+    CHECK(choose_broadcast(4, 64 << 20).algorithm == chorus::tree::name);  // measured: the tree wins at p <= 4
+    CHECK(choose_broadcast(5, large - 1).algorithm == chorus::tree::name);
+    CHECK(choose_broadcast(5, large).algorithm == chorus::scatter_allgather::name);
+    CHECK(choose_broadcast(8, 64 << 20).algorithm == chorus::scatter_allgather::name);
     constexpr std::size_t small = chorus::detail::allgather_small_bytes;
-    CHECK(choose_allgather(3, 8).algorithm == algorithm_id::ring);
-    CHECK(choose_allgather(4, small).algorithm == algorithm_id::bruck);
-    CHECK(choose_allgather(7, 8).algorithm == algorithm_id::bruck);
-    CHECK(choose_allgather(8, small + 1).algorithm == algorithm_id::ring);
+    CHECK(choose_allgather(3, 8).algorithm == chorus::ring::name);
+    CHECK(choose_allgather(4, small).algorithm == chorus::bruck::name);
+    CHECK(choose_allgather(7, 8).algorithm == chorus::bruck::name);
+    CHECK(choose_allgather(8, small + 1).algorithm == chorus::ring::name);
     using chorus::detail::choose_alltoall;
-    CHECK(choose_alltoall(8, 4).algorithm == algorithm_id::pairwise);
-    CHECK(choose_alltoall(chorus::detail::alltoall_bruck_min_ranks, 4).algorithm == algorithm_id::bruck);
-    CHECK(choose_alltoall(chorus::detail::alltoall_bruck_min_ranks, 64 << 10).algorithm == algorithm_id::pairwise);
+    CHECK(choose_alltoall(8, 4).algorithm == chorus::pairwise::name);
+    CHECK(choose_alltoall(chorus::detail::alltoall_bruck_min_ranks, 4).algorithm == chorus::bruck::name);
+    CHECK(choose_alltoall(chorus::detail::alltoall_bruck_min_ranks, 64 << 10).algorithm == chorus::pairwise::name);
 
     // Each name forces its schedule through the automatic front door (the result says it ran
     // correctly; CHORUS_DEBUG would name it); a name of another collective is rejected.
@@ -416,8 +415,8 @@ TEST_CASE("automatic broadcast, allgather and alltoall: thresholds, CHORUS_ALGO 
         ::unsetenv("CHORUS_ALGO");
         CHECK_MESSAGE(f.count() == 0, f.report());
     }
-    CHECK(chorus::detail::algorithm_name(algorithm_id::scatter_allgather) == std::string("scatter_allgather"));
-    CHECK(chorus::detail::algorithm_name(algorithm_id::bruck) == std::string("bruck"));
+    CHECK(chorus::scatter_allgather::name == "scatter_allgather");
+    CHECK(chorus::bruck::name == "bruck");
     ::setenv("CHORUS_ALGO", "broadcast:bruck", 1);
     std::atomic<int> rejected{0};
     chorus::run_ranks(3, [&](auto& tp) {

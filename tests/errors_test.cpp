@@ -255,10 +255,9 @@ TEST_CASE("CHORUS_ALGO overrides the automatic choice and rejects unknown names"
 }
 
 TEST_CASE("automatic selection follows message size and op traits") {
-    using chorus::detail::algorithm_id;
     using chorus::detail::choose_allreduce;
-    CHECK(choose_allreduce(4, 64, true).algorithm == algorithm_id::recursive_doubling);
-    CHECK(choose_allreduce(4, 256 * 1024, true).algorithm == algorithm_id::rabenseifner);
-    CHECK(choose_allreduce(4, 64 << 20, true).algorithm == algorithm_id::ring);
-    CHECK(choose_allreduce(4, 64 << 20, false).algorithm == algorithm_id::rabenseifner);
+    CHECK(choose_allreduce(4, 64, true).algorithm == chorus::recursive_doubling::name);
+    CHECK(choose_allreduce(4, 256 * 1024, true).algorithm == chorus::rabenseifner::name);
+    CHECK(choose_allreduce(4, 64 << 20, true).algorithm == chorus::ring::name);
+    CHECK(choose_allreduce(4, 64 << 20, false).algorithm == chorus::rabenseifner::name);
 }

@@ -5,12 +5,13 @@
 // The front doors: one function per collective of the seed, over any transport and any
 // contiguous range. The algorithm is a template argument, `allreduce<ring>(tp, v, op)`, or
 // chosen at run time when none is given (detail/select.hpp; CHORUS_ALGO overrides it,
-// CHORUS_DEBUG logs it). Each algorithm lives in its own header under algorithm/.
+// CHORUS_DEBUG logs it). Each algorithm lives in its own header under algorithm/, which
+// registers its schedule (detail/schedule.hpp); each collective's algorithms are listed once,
+// below. A new algorithm: its header, its #include here, its tag in its collective's list.
 
 #include <concepts>
 #include <cstddef>
 #include <ranges>
-#include <string_view>
 #include <span>
 #include <type_traits>
 #include <utility>
@@ -33,9 +34,11 @@
 #include <chorus/algorithm/tree_broadcast.hpp>
 #include <chorus/algorithm/tree_reduce.hpp>
 #include <chorus/algorithm/tree_reduce_scatter.hpp>
-#include <chorus/detail/ranges.hpp>
+#include <chorus/detail/dispatch.hpp>
 #include <chorus/detail/select.hpp>
+#include <chorus/detail/tags.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/ranges.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/reduce/ops.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -43,227 +46,175 @@
 namespace chorus {
 
 namespace detail {
-template <class>
-inline constexpr bool unsupported_algorithm = false;
 
-// For collectives with one schedule: CHORUS_ALGO may still name it (anything else is an
-// error) and CHORUS_DEBUG still logs the call.
-template <class Algo, transport Transport>
-void only_schedule(Transport& tp, std::string_view collective, std::size_t bytes, algorithm_id id) {
-    if constexpr (std::same_as<Algo, automatic>) decide(tp, collective, bytes, {id, "the only schedule"}, {id});
+// Each collective's algorithms, the one list per collective.
+using barrier_algorithms = algorithms<collective_kind::barrier, dissemination>;
+using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather>;
+using scatter_algorithms = algorithms<collective_kind::scatter, linear>;
+using gather_algorithms = algorithms<collective_kind::gather, linear>;
+using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck>;
+using reduce_algorithms = algorithms<collective_kind::reduce, tree>;
+using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree>;
+using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree>;
+using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck>;
+using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
+
+// The front doors' first check: `Op` reduces `T`. Misuse fails here, at the user's call, with
+// Op and T in this function's template arguments, instead of deep inside an algorithm; the
+// front door then stops (if constexpr), so this is the only error.
+template <class Op, class T>
+constexpr bool reduce_op_for() {
+    static_assert(reduce_op<Op, T>,
+                  "chorus: this reduce op cannot combine two elements of this type (Op and T: this "
+                  "instantiation of reduce_op_for): op(a, b) must accept two T const& and return a T");
+    return reduce_op<Op, T>;
 }
+
+template <class List, class Algo, class T, class Op, class Transport, class... Args>
+void run_only(Transport& tp, std::size_t bytes, Args&... args) {
+    run_collective<Algo, List, T, Op>(tp, bytes, [] { return List::only(); }, args...);
+}
+
+// Both reduce front doors: the op's check, then the one schedule.
+template <class Algo, class T, class Op, class Transport, class... Args>
+void reduce_door(Transport& tp, std::size_t bytes, Args&... args) {
+    if constexpr (reduce_op_for<Op, T>()) run_only<reduce_algorithms, Algo, T, Op>(tp, bytes, args...);
+}
+
 } // namespace detail
 
 /// Returns once every rank called it. Algorithms: dissemination.
 template <class Algo = automatic, transport Transport>
 void barrier(Transport& tp) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, dissemination>,
-                  "barrier supports the algorithms: dissemination, automatic");
-    detail::only_schedule<Algo>(tp, "barrier", 0, detail::algorithm_id::dissemination);
-    dissemination_barrier(tp);
+    detail::run_only<detail::barrier_algorithms, Algo, void, void>(tp, 0);
 }
 
 /// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear,
 /// scatter_allgather (van de Geijn); automatic picks tree up to 4 ranks and for small
 /// vectors, scatter_allgather for large ones from 5 ranks on (detail/select.hpp).
-template <class Algo = automatic, transport Transport, detail::writable_message_range R>
+template <class Algo = automatic, transport Transport, writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
-    auto const s = detail::to_span(data);
-    if constexpr (std::same_as<Algo, tree>) {
-        tree_broadcast(tp, s, root);
-    } else if constexpr (std::same_as<Algo, linear>) {
-        linear_broadcast(tp, s, root);
-    } else if constexpr (std::same_as<Algo, scatter_allgather>) {
-        scatter_allgather_broadcast(tp, s, root);
-    } else if constexpr (std::same_as<Algo, automatic>) {
-        using enum detail::algorithm_id;
-        auto const a = detail::decide(tp, "broadcast", s.size_bytes(), detail::choose_broadcast(tp.size(), s.size_bytes()),
-                                      {tree, linear, scatter_allgather});
-        if (a == linear) linear_broadcast(tp, s, root);
-        else if (a == scatter_allgather) scatter_allgather_broadcast(tp, s, root);
-        else tree_broadcast(tp, s, root);
-    } else {
-        static_assert(detail::unsupported_algorithm<Algo>,
-                      "broadcast supports the algorithms: tree, linear, scatter_allgather, automatic");
-    }
+    auto s = detail::to_span(data);
+    detail::run_collective<Algo, detail::broadcast_algorithms, detail::element_t<R>, void>(
+        tp, s.size_bytes(), [&] { return detail::choose_broadcast(tp.size(), s.size_bytes()); }, s, root);
 }
 
 /// Rank r receives block r of the root's `send` (p * recv.size() elements) into `recv`.
 /// `send` is read at the root only. Algorithms: linear.
-template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R>
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void scatter(Transport& tp, S const& send, R&& recv, rank_t root) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, linear>,
-                  "scatter supports the algorithms: linear, automatic");
-    detail::only_schedule<Algo>(tp, "scatter", std::ranges::size(recv) * sizeof(detail::element_t<R>), detail::algorithm_id::linear);
-    linear_scatter(tp, detail::to_const_span(send), detail::to_span(recv), root);
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::scatter_algorithms, Algo, detail::element_t<R>, void>(tp, out.size_bytes(), in, out, root);
 }
 
 /// The root receives every rank's `send` into `recv`, in rank order. Algorithms: linear.
-template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R>
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void gather(Transport& tp, S const& send, R&& recv, rank_t root) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, linear>,
-                  "gather supports the algorithms: linear, automatic");
-    detail::only_schedule<Algo>(tp, "gather", std::ranges::size(send) * sizeof(detail::element_t<S>), detail::algorithm_id::linear);
-    linear_gather(tp, detail::to_const_span(send), detail::to_span(recv), root);
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::gather_algorithms, Algo, detail::element_t<S>, void>(tp, in.size_bytes(), in, out, root);
 }
 
 /// Every rank receives every rank's `send` into `recv`, in rank order. Algorithms: ring,
 /// bruck; automatic picks bruck when the gathered size is small, ring otherwise.
-template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R>
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void allgather(Transport& tp, S const& send, R&& recv) {
-    auto const in = detail::to_const_span(send);
-    auto const out = detail::to_span(recv);
-    if constexpr (std::same_as<Algo, ring>) {
-        ring_allgather(tp, in, out);
-    } else if constexpr (std::same_as<Algo, bruck>) {
-        bruck_allgather(tp, in, out);
-    } else if constexpr (std::same_as<Algo, automatic>) {
-        using enum detail::algorithm_id;
-        // By the gathered size, p times the block: what Bruck's log p messages carry.
-        std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
-        if (detail::decide(tp, "allgather", gathered, detail::choose_allgather(tp.size(), gathered), {ring, bruck}) == bruck)
-            bruck_allgather(tp, in, out);
-        else
-            ring_allgather(tp, in, out);
-    } else {
-        static_assert(detail::unsupported_algorithm<Algo>, "allgather supports the algorithms: ring, bruck, automatic");
-    }
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    // By the gathered size, p times the block: what Bruck's log p messages carry.
+    std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
+    detail::run_collective<Algo, detail::allgather_algorithms, detail::element_t<S>, void>(
+        tp, gathered, [&] { return detail::choose_allgather(tp.size(), gathered); }, in, out);
 }
 
 /// Reduces every rank's `send` with `op` into `recv` at `root`. Algorithms: tree.
-template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R, class Op>
-    requires std::same_as<detail::element_t<S>, detail::element_t<R>> && reduce_op<Op, detail::element_t<S>>
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void reduce(Transport& tp, S const& send, R&& recv, Op op, rank_t root) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, tree>,
-                  "reduce supports the algorithms: tree, automatic");
-    detail::only_schedule<Algo>(tp, "reduce", std::ranges::size(send) * sizeof(detail::element_t<S>), detail::algorithm_id::tree);
-    tree_reduce(tp, detail::to_const_span(send), detail::to_span(recv), op, root);
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::reduce_door<Algo, detail::element_t<S>, Op>(tp, in.size_bytes(), in, out, op, root);
 }
 
 /// In-place reduce: `data` is the contribution and, at `root`, the result (unchanged elsewhere).
-template <class Algo = automatic, transport Transport, detail::writable_message_range R, class Op>
-    requires reduce_op<Op, detail::element_t<R>>
+template <class Algo = automatic, transport Transport, writable_message_range R, class Op>
 void reduce(Transport& tp, R&& data, Op op, rank_t root) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, tree>,
-                  "reduce supports the algorithms: tree, automatic");
-    detail::only_schedule<Algo>(tp, "reduce", std::ranges::size(data) * sizeof(detail::element_t<R>), detail::algorithm_id::tree);
-    tree_reduce(tp, detail::to_span(data), op, root);
+    auto s = detail::to_span(data);
+    detail::reduce_door<Algo, detail::element_t<R>, Op>(tp, s.size_bytes(), s, op, root);
 }
 
 /// Reduces `data` over all ranks with `op` (default sum), in place, on every rank.
 /// Algorithms: ring, rabenseifner, recursive_doubling, tree; automatic picks by size and
 /// by whether `op` is commutative (ring needs it).
-template <class Algo = automatic, transport Transport, detail::writable_message_range R, class Op = sum>
-    requires reduce_op<Op, detail::element_t<R>>
+template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
 void allreduce(Transport& tp, R&& data, Op op = {}) {
     using T = detail::element_t<R>;
-    auto const s = detail::to_span(data);
-    if constexpr (std::same_as<Algo, ring>) {
-        ring_allreduce(tp, s, op);
-    } else if constexpr (std::same_as<Algo, rabenseifner>) {
-        rabenseifner_allreduce(tp, s, op);
-    } else if constexpr (std::same_as<Algo, recursive_doubling>) {
-        recursive_doubling_allreduce(tp, s, op);
-    } else if constexpr (std::same_as<Algo, tree>) {
-        tree_allreduce(tp, s, op);
-    } else if constexpr (std::same_as<Algo, automatic>) {
-        using enum detail::algorithm_id;
-        constexpr bool commutes = is_commutative_v<Op, T>;
-        auto const chosen = detail::choose_allreduce(tp.size(), s.size_bytes(), commutes);
-        auto const a = commutes ? detail::decide(tp, "allreduce", s.size_bytes(), chosen,
-                                                 {ring, rabenseifner, recursive_doubling, tree})
-                                : detail::decide(tp, "allreduce", s.size_bytes(), chosen,
-                                                 {rabenseifner, recursive_doubling, tree});
-        if constexpr (commutes) {
-            if (a == ring) return ring_allreduce(tp, s, op);
-        }
-        if (a == rabenseifner) rabenseifner_allreduce(tp, s, op);
-        else if (a == tree) tree_allreduce(tp, s, op);
-        else recursive_doubling_allreduce(tp, s, op);
-    } else {
-        static_assert(detail::unsupported_algorithm<Algo>,
-                      "allreduce supports the algorithms: ring, rabenseifner, recursive_doubling, tree, automatic");
+    if constexpr (detail::reduce_op_for<Op, T>()) {
+        auto s = detail::to_span(data);
+        detail::run_collective<Algo, detail::allreduce_algorithms, T, Op>(
+            tp, s.size_bytes(),
+            [&] { return detail::choose_allreduce(tp.size(), s.size_bytes(), is_commutative_v<Op, T>); }, s, op);
     }
 }
 
 /// Reduces every rank's `send` (p blocks of recv.size() elements) with `op`; rank r receives
 /// the reduction of block r. Algorithms: ring (commutative ops), tree (any op).
-template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R,
-          class Op = sum>
-    requires std::same_as<detail::element_t<S>, detail::element_t<R>> && reduce_op<Op, detail::element_t<S>>
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op = sum>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
     using T = detail::element_t<S>;
-    auto const in = detail::to_const_span(send);
-    auto const out = detail::to_span(recv);
-    if constexpr (std::same_as<Algo, ring>) {
-        ring_reduce_scatter(tp, in, out, op);
-    } else if constexpr (std::same_as<Algo, tree>) {
-        tree_reduce_scatter(tp, in, out, op);
-    } else if constexpr (std::same_as<Algo, automatic>) {
-        using enum detail::algorithm_id;
-        if constexpr (is_commutative_v<Op, T>) {
-            if (detail::decide(tp, "reduce_scatter", in.size_bytes(), {ring, "commutative op"}, {ring, tree}) == ring)
-                return ring_reduce_scatter(tp, in, out, op);
-        } else {
-            detail::decide(tp, "reduce_scatter", in.size_bytes(), {tree, "non-commutative op: rank order"}, {tree});
-        }
-        tree_reduce_scatter(tp, in, out, op);
-    } else {
-        static_assert(detail::unsupported_algorithm<Algo>, "reduce_scatter supports the algorithms: ring, tree, automatic");
+    if constexpr (detail::reduce_op_for<Op, T>()) {
+        auto in = detail::to_const_span(send);
+        auto out = detail::to_span(recv);
+        detail::run_collective<Algo, detail::reduce_scatter_algorithms, T, Op>(
+            tp, in.size_bytes(),
+            [] {
+                return is_commutative_v<Op, T> ? detail::choice{ring::name, "commutative op"}
+                                               : detail::choice{tree::name, "non-commutative op: rank order"};
+            },
+            in, out, op);
     }
 }
 
 /// Block j of rank i's `send` lands in block i of rank j's `recv` (a distributed transpose).
 /// Algorithms: pairwise, bruck (log p rounds, for many ranks and tiny blocks).
-template <class Algo = automatic, transport Transport, detail::message_range S, detail::writable_message_range R>
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoall(Transport& tp, S const& send, R&& recv) {
-    auto const in = detail::to_const_span(send);
-    auto const out = detail::to_span(recv);
-    if constexpr (std::same_as<Algo, pairwise>) {
-        pairwise_alltoall(tp, in, out);
-    } else if constexpr (std::same_as<Algo, bruck>) {
-        bruck_alltoall(tp, in, out);
-    } else if constexpr (std::same_as<Algo, automatic>) {
-        using enum detail::algorithm_id;
-        std::size_t const block_bytes = in.size_bytes() / static_cast<std::size_t>(tp.size());
-        if (detail::decide(tp, "alltoall", in.size_bytes(), detail::choose_alltoall(tp.size(), block_bytes),
-                           {pairwise, bruck}) == bruck)
-            bruck_alltoall(tp, in, out);
-        else
-            pairwise_alltoall(tp, in, out);
-    } else {
-        static_assert(detail::unsupported_algorithm<Algo>, "alltoall supports the algorithms: pairwise, bruck, automatic");
-    }
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    std::size_t const block_bytes = in.size_bytes() / static_cast<std::size_t>(tp.size());
+    detail::run_collective<Algo, detail::alltoall_algorithms, detail::element_t<S>, void>(
+        tp, in.size_bytes(), [&] { return detail::choose_alltoall(tp.size(), block_bytes); }, in, out);
 }
 
 /// Variable-size alltoall: send_counts[j] elements go to rank j, recv_counts[j] come from
 /// rank j; blocks are packed in rank order (displacements are the exclusive prefix sums).
 /// Algorithms: pairwise.
-template <class Algo = automatic, transport Transport, detail::message_range S, count_range SendCounts,
-          detail::writable_message_range R, count_range RecvCounts>
+template <class Algo = automatic, transport Transport, message_range S, count_range SendCounts,
+          writable_message_range R, count_range RecvCounts>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, R&& recv, RecvCounts const& recv_counts) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, pairwise>,
-                  "alltoallv supports the algorithms: pairwise, automatic");
-    detail::only_schedule<Algo>(tp, "alltoallv", std::ranges::size(send) * sizeof(detail::element_t<S>), detail::algorithm_id::pairwise);
-    pairwise_alltoallv(tp, detail::to_const_span(send), send_counts, detail::to_span(recv), recv_counts);
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::alltoallv_algorithms, Algo, detail::element_t<S>, void>(tp, in.size_bytes(), in, send_counts,
+                                                                                      out, recv_counts);
 }
 
 /// Variable-size alltoall with explicit displacements (element offsets) for every block.
-template <class Algo = automatic, transport Transport, detail::message_range S, count_range SendCounts,
-          count_range SendDispls, detail::writable_message_range R, count_range RecvCounts, count_range RecvDispls>
+template <class Algo = automatic, transport Transport, message_range S, count_range SendCounts,
+          count_range SendDispls, writable_message_range R, count_range RecvCounts, count_range RecvDispls>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, SendDispls const& send_displs, R&& recv,
                RecvCounts const& recv_counts, RecvDispls const& recv_displs) {
-    static_assert(std::same_as<Algo, automatic> || std::same_as<Algo, pairwise>,
-                  "alltoallv supports the algorithms: pairwise, automatic");
-    detail::only_schedule<Algo>(tp, "alltoallv", std::ranges::size(send) * sizeof(detail::element_t<S>), detail::algorithm_id::pairwise);
-    pairwise_alltoallv(tp, detail::to_const_span(send), send_counts, send_displs, detail::to_span(recv), recv_counts,
-                       recv_displs);
+    auto in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::alltoallv_algorithms, Algo, detail::element_t<S>, void>(
+        tp, in.size_bytes(), in, send_counts, send_displs, out, recv_counts, recv_displs);
 }
 
 } // namespace chorus

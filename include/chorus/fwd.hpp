@@ -6,6 +6,7 @@
 // algorithms: rank and tag types, the primary reduce_traits, the algorithm tags.
 
 #include <cstdint>
+#include <string_view>
 
 namespace chorus {
 
@@ -30,16 +31,38 @@ struct reduce_traits {
 };
 
 // Algorithm tags for the front doors: `chorus::allreduce<chorus::ring>(tp, data, op)`.
-// A tag names a schedule; not every collective has every schedule (a static_assert says so).
-struct automatic {};           ///< choose by message size, rank count and op (the default)
-struct ring {};                ///< bandwidth-optimal ring
-struct tree {};                ///< binomial tree (latency-optimal, log p steps)
-struct linear {};              ///< root talks to every rank in turn (the naive schedule)
-struct recursive_doubling {};  ///< hypercube exchange of the whole vector, log p steps
-struct rabenseifner {};        ///< recursive-halving reduce-scatter + recursive-doubling allgather
-struct pairwise {};            ///< p-1 rounds, round k exchanges with rank +-k
-struct dissemination {};       ///< ceil(log2 p) rounds of zero-byte messages
-struct scatter_allgather {};   ///< broadcast as binomial scatter + ring allgather (van de Geijn)
-struct bruck {};               ///< ceil(log2 p) rounds at distances 1, 2, 4, ... for any p
+// A tag names a schedule; its `name` is what CHORUS_ALGO says and CHORUS_DEBUG prints. Not
+// every collective has every schedule (each collective's list is in collectives.hpp; a tag
+// not in it fails to compile, naming the list).
+struct automatic {  ///< choose by message size, rank count and op (the default)
+    static constexpr std::string_view name{"automatic"};
+};
+struct ring {  ///< bandwidth-optimal ring
+    static constexpr std::string_view name{"ring"};
+};
+struct tree {  ///< binomial tree (latency-optimal, log p steps)
+    static constexpr std::string_view name{"tree"};
+};
+struct linear {  ///< root talks to every rank in turn (the naive schedule)
+    static constexpr std::string_view name{"linear"};
+};
+struct recursive_doubling {  ///< hypercube exchange of the whole vector, log p steps
+    static constexpr std::string_view name{"recursive_doubling"};
+};
+struct rabenseifner {  ///< recursive-halving reduce-scatter + recursive-doubling allgather
+    static constexpr std::string_view name{"rabenseifner"};
+};
+struct pairwise {  ///< p-1 rounds, round k exchanges with rank +-k
+    static constexpr std::string_view name{"pairwise"};
+};
+struct dissemination {  ///< ceil(log2 p) rounds of zero-byte messages
+    static constexpr std::string_view name{"dissemination"};
+};
+struct scatter_allgather {  ///< broadcast as binomial scatter + ring allgather (van de Geijn)
+    static constexpr std::string_view name{"scatter_allgather"};
+};
+struct bruck {  ///< ceil(log2 p) rounds at distances 1, 2, 4, ... for any p
+    static constexpr std::string_view name{"bruck"};
+};
 
 } // namespace chorus

@@ -6,6 +6,7 @@
 // is allocated and where its reductions run. One algorithm template serves host and device
 // transports by calling these through `typename Transport::memory_space`.
 
+#include <concepts>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -119,5 +120,34 @@ struct host_memory {
         }
     }
 };
+
+namespace detail {
+// An op of no particular meaning, to check a memory space's reduce and finalize signatures.
+struct sample_op {
+    template <class T>
+    CHORUS_HOST_DEVICE T operator()(T const& a, T const&) const noexcept {
+        return a;
+    }
+};
+} // namespace detail
+
+/// Where a transport's buffers live: the scratch the algorithms allocate there and the copies
+/// and reductions they run on it (docs/concepts.md#memory_space). Models: host_memory,
+/// cuda_device_memory (cuda_ipc.hpp). Its functions are templates over the element type and
+/// the op; they are checked here on int and a sample op.
+template <class M>
+concept memory_space = std::movable<typename M::template buffer<int>> &&
+                       std::constructible_from<typename M::template buffer<int>, std::size_t> &&
+                       requires(typename M::template buffer<int>& b, std::span<int> out, std::span<int const> in,
+                                detail::sample_op const& op, rank_t p) {
+                           { b.span() } -> std::same_as<std::span<int>>;
+                           { b.size() } -> std::same_as<std::size_t>;
+                           M::copy(out, in);
+                           M::reduce(out, in, op, true);
+                           M::reduce(out, in, in, op);
+                           M::finalize(out, op, p);
+                       };
+
+static_assert(memory_space<host_memory>);
 
 } // namespace chorus

@@ -11,9 +11,9 @@
 #include <type_traits>
 #include <utility>
 
-#include <chorus/detail/collective.hpp>
-#include <chorus/detail/ranges.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
 #include <chorus/error.hpp>
+#include <chorus/ranges.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -32,7 +32,7 @@ void check_p2p(Transport& tp, rank_t peer, tag_t tag, char const* what) {
 
 /// Starts sending `data` to `peer`; the range must stay alive and unchanged until the
 /// returned request's wait() returned.
-template <transport Transport, detail::message_range R>
+template <transport Transport, message_range R>
 typename Transport::request isend(Transport& tp, rank_t peer, R const& data, tag_t tag = 0) {
     detail::check_p2p(tp, peer, tag, "isend");
     return tp.isend(peer, tag, detail::bytes_of(detail::to_span(data)));
@@ -40,27 +40,27 @@ typename Transport::request isend(Transport& tp, rank_t peer, R const& data, tag
 
 /// Starts receiving exactly `data`'s size from `peer` into `data`; a message of another
 /// size is an error (errc::size_mismatch) when waited for.
-template <transport Transport, detail::writable_message_range R>
+template <transport Transport, writable_message_range R>
 typename Transport::request irecv(Transport& tp, rank_t peer, R&& data, tag_t tag = 0) {
     detail::check_p2p(tp, peer, tag, "irecv");
     return tp.irecv(peer, tag, detail::writable_bytes_of(detail::to_span(data)));
 }
 
 /// Sends `data` to `peer`; returns once `data` may be reused.
-template <transport Transport, detail::message_range R>
+template <transport Transport, message_range R>
 void send(Transport& tp, rank_t peer, R const& data, tag_t tag = 0) {
     chorus::isend(tp, peer, data, tag).wait();
 }
 
 /// Receives a message of exactly `data`'s size from `peer` into `data`.
-template <transport Transport, detail::writable_message_range R>
+template <transport Transport, writable_message_range R>
 void recv(Transport& tp, rank_t peer, R&& data, tag_t tag = 0) {
     chorus::irecv(tp, peer, std::forward<R>(data), tag).wait();
 }
 
 /// Sends `out` to `dst` and receives `in` from `src` at once: the step of every ring
 /// schedule, deadlock-free even when all ranks call it simultaneously.
-template <transport Transport, detail::message_range Out, detail::writable_message_range In>
+template <transport Transport, message_range Out, writable_message_range In>
 void sendrecv(Transport& tp, rank_t dst, Out const& out, rank_t src, In&& in, tag_t tag = 0) {
     auto r = chorus::irecv(tp, src, std::forward<In>(in), tag);
     auto s = chorus::isend(tp, dst, out, tag);

@@ -16,6 +16,12 @@ void use(chorus::loopback_transport& tp) {
     chorus::allreduce<chorus::ring>(tp, v, concat);
 #elif defined(SECTION_UNSUPPORTED_ALGORITHM)
     chorus::broadcast<chorus::rabenseifner>(tp, v, 0);
+#elif defined(SECTION_OP_WITHOUT_PLUS)
+    struct point {
+        int x, y;
+    };
+    std::vector<point> points(4);
+    chorus::allreduce(tp, points, chorus::sum{});
 #else
     chorus::allreduce<chorus::tree>(tp, v, concat);
 #endif

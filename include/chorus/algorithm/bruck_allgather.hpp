@@ -17,7 +17,8 @@
 #include <algorithm>
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -26,11 +27,10 @@ namespace chorus {
 /// @throws chorus::invalid_argument when recv.size() != p * send.size().
 template <transport Transport, class T>
 void bruck_allgather(Transport& tp, std::span<T const> send, std::span<T> recv) {
-    rank_t const p = tp.size();
-    rank_t const me = tp.rank();
+    rank_t const p = tp.size(), me = tp.rank();
     std::size_t const n = send.size();
-    detail::check_blocks(tp, "allgather", "the receive buffer", recv.size(), "send.size()", n);
-    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::allgather);
+    tag_t const tag =
+        detail::begin_blocks(tp, detail::collective_kind::allgather, "the receive buffer", recv.size(), "send.size()", n);
     using space = typename Transport::memory_space;
     if (p == 1) return space::copy(recv, send);
     auto const parts = static_cast<std::size_t>(p);
@@ -46,6 +46,11 @@ void bruck_allgather(Transport& tp, std::span<T const> send, std::span<T> recv) 
     std::size_t const head = (parts - static_cast<std::size_t>(me)) * n;
     space::copy(recv.subspan(static_cast<std::size_t>(me) * n), detail::as_const(g.first(head)));
     space::copy(recv.first(static_cast<std::size_t>(me) * n), detail::as_const(g.subspan(head)));
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::allgather, bruck> =
+    [](auto&... a) { bruck_allgather(a...); };
 }
 
 } // namespace chorus

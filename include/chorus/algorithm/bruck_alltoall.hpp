@@ -19,7 +19,8 @@
 #include <cstddef>
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -57,6 +58,10 @@ void bruck_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv) {
     }
     for (rank_t i = 0; i < p; ++i)
         space::copy(detail::slot(recv, at(me - i), n), detail::as_const(detail::slot(rotated, i, n)));
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::alltoall, bruck> = [](auto&... a) { bruck_alltoall(a...); };
 }
 
 } // namespace chorus

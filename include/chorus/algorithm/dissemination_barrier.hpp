@@ -11,7 +11,8 @@
 
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -26,6 +27,11 @@ void dissemination_barrier(Transport& tp) {
     for (rank_t distance = 1; distance < p; distance *= 2)
         detail::sendrecv(tp, tag, (me + distance) % p, std::span<std::byte const>(), (me - distance + p) % p,
                          std::span<std::byte>());
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::barrier, dissemination> =
+    [](auto&... a) { dissemination_barrier(a...); };
 }
 
 } // namespace chorus

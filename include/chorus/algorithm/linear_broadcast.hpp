@@ -10,7 +10,8 @@
 #include <span>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -31,6 +32,11 @@ void linear_broadcast(Transport& tp, std::span<T> data, rank_t root) {
     for (rank_t r = 0; r < tp.size(); ++r)
         if (r != root) sends.push_back(tp.isend(r, tag, detail::bytes_of(data)));
     for (auto& s : sends) s.wait();
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::broadcast, linear> =
+    [](auto&... a) { linear_broadcast(a...); };
 }
 
 } // namespace chorus

@@ -10,7 +10,8 @@
 #include <span>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -24,8 +25,7 @@ void linear_gather(Transport& tp, std::span<T const> send, std::span<T> recv, ra
     detail::check_root(tp, root, "gather");
     rank_t const p = tp.size();
     std::size_t const n = send.size();
-    if (tp.rank() == root)
-        detail::check_blocks(tp, "gather", "the root's receive buffer", recv.size(), "send.size()", n);
+    if (tp.rank() == root) detail::check_blocks(tp, "gather", "the root's receive buffer", recv.size(), "send.size()", n);
     tag_t const tag = detail::begin_collective(tp, detail::collective_kind::gather);
     if (tp.rank() != root) {
         detail::send(tp, tag, root, send);
@@ -38,6 +38,10 @@ void linear_gather(Transport& tp, std::span<T const> send, std::span<T> recv, ra
         if (r != root) recvs.push_back(tp.irecv(r, tag, detail::writable_bytes_of(detail::slot(recv, r, n))));
     space::copy(detail::slot(recv, root, n), send);
     for (auto& r : recvs) r.wait();
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::gather, linear> = [](auto&... a) { linear_gather(a...); };
 }
 
 } // namespace chorus

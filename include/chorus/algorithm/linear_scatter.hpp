@@ -11,7 +11,8 @@
 #include <span>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -25,8 +26,7 @@ void linear_scatter(Transport& tp, std::span<T const> send, std::span<T> recv, r
     detail::check_root(tp, root, "scatter");
     rank_t const p = tp.size();
     std::size_t const n = recv.size();
-    if (tp.rank() == root)
-        detail::check_blocks(tp, "scatter", "the root's send buffer", send.size(), "recv.size()", n);
+    if (tp.rank() == root) detail::check_blocks(tp, "scatter", "the root's send buffer", send.size(), "recv.size()", n);
     tag_t const tag = detail::begin_collective(tp, detail::collective_kind::scatter);
     if (tp.rank() != root) {
         detail::recv(tp, tag, root, recv);
@@ -39,6 +39,10 @@ void linear_scatter(Transport& tp, std::span<T const> send, std::span<T> recv, r
         if (r != root) sends.push_back(tp.isend(r, tag, detail::bytes_of(detail::slot(send, r, n))));
     space::copy(recv, detail::slot(send, root, n));
     for (auto& s : sends) s.wait();
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::scatter, linear> = [](auto&... a) { linear_scatter(a...); };
 }
 
 } // namespace chorus

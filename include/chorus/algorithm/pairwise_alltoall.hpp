@@ -9,8 +9,9 @@
 
 #include <span>
 
-#include <chorus/detail/collective.hpp>
-#include <chorus/detail/pairwise_exchange.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/pairwise_exchange.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
@@ -26,6 +27,11 @@ void pairwise_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv
     std::size_t const n = send.size() / static_cast<std::size_t>(p);
     detail::pairwise_exchange(
         tp, tag, [&](rank_t r) { return detail::slot(send, r, n); }, [&](rank_t r) { return detail::slot(recv, r, n); });
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::alltoall, pairwise> =
+    [](auto&... a) { pairwise_alltoall(a...); };
 }
 
 } // namespace chorus

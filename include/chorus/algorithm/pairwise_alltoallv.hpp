@@ -19,15 +19,13 @@
 #include <string>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
-#include <chorus/detail/pairwise_exchange.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/pairwise_exchange.hpp>
+#include <chorus/detail/schedule.hpp>
+#include <chorus/ranges.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
-
-/// A range of element counts or displacements, one per rank.
-template <class R>
-concept count_range = std::ranges::sized_range<R> && std::integral<std::ranges::range_value_t<R>>;
 
 namespace detail {
 
@@ -136,6 +134,11 @@ void pairwise_alltoallv(Transport& tp, std::span<T const> send, SendCounts const
                            "receive blocks of ranks " + std::to_string(a) + " and " + std::to_string(b) + " overlap");
     }
     detail::alltoallv_exchange(tp, send, sc, sd, recv, rc, rd);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::alltoallv, pairwise> =
+    [](auto&... a) { pairwise_alltoallv(a...); };
 }
 
 } // namespace chorus

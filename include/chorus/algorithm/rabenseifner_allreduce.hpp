@@ -18,8 +18,9 @@
 #include <array>
 #include <span>
 
-#include <chorus/detail/collective.hpp>
-#include <chorus/detail/hypercube_fold.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/hypercube_fold.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/hypercube.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -29,12 +30,9 @@ namespace chorus {
 /// Reduces `data` element-wise over all ranks with `op`, in place, on every rank.
 template <transport Transport, class T, reduce_op<T> Op>
 void rabenseifner_allreduce(Transport& tp, std::span<T> data, Op op) {
-    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::allreduce);
     using space = typename Transport::memory_space;
     rank_t const me = tp.rank();
-    hypercube const cube(tp.size());
-    typename space::template buffer<T> inbox(tp.size() > 1 ? data.size() : 0);
-    if (detail::fold_in(tp, tag, cube, data, inbox.span(), op)) {
+    detail::hypercube_allreduce(tp, data, op, [&](tag_t tag, hypercube const& cube, std::span<T> inbox) {
         auto const q = static_cast<std::size_t>(cube.core_size());
         rank_t const core = cube.core_rank(me);
         // Block ranges [lo, hi) before each halving step, to retrace them when doubling.
@@ -50,7 +48,7 @@ void rabenseifner_allreduce(Transport& tp, std::span<T> data, Op op) {
             if (keep_low) hi = mid;
             else lo = mid;
             auto const keep = detail::blocks(data, lo, hi, q);
-            auto const in = inbox.span().first(keep.size());
+            auto const in = inbox.first(keep.size());
             detail::sendrecv(tp, tag, partner, detail::as_const(give), partner, in);
             space::reduce(keep, detail::as_const(in), op, /*in_first=*/partner < me);
         }
@@ -68,9 +66,12 @@ void rabenseifner_allreduce(Transport& tp, std::span<T> data, Op op) {
             lo = outer_lo;
             hi = outer_hi;
         }
-    }
-    // A folded rank receives the finalized result here.
-    detail::fold_out(tp, tag, cube, data);
+    });
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::allreduce, rabenseifner> =
+    [](auto&... a) { rabenseifner_allreduce(a...); };
 }
 
 } // namespace chorus

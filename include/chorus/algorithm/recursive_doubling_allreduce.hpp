@@ -14,8 +14,9 @@
 
 #include <span>
 
-#include <chorus/detail/collective.hpp>
-#include <chorus/detail/hypercube_fold.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/hypercube_fold.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/hypercube.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -25,20 +26,21 @@ namespace chorus {
 /// Reduces `data` element-wise over all ranks with `op`, in place, on every rank.
 template <transport Transport, class T, reduce_op<T> Op>
 void recursive_doubling_allreduce(Transport& tp, std::span<T> data, Op op) {
-    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::allreduce);
     using space = typename Transport::memory_space;
     rank_t const me = tp.rank();
-    hypercube const cube(tp.size());
-    typename space::template buffer<T> inbox(tp.size() > 1 ? data.size() : 0);
-    if (detail::fold_in(tp, tag, cube, data, inbox.span(), op)) {
+    detail::hypercube_allreduce(tp, data, op, [&](tag_t tag, hypercube const& cube, std::span<T> inbox) {
         for (int step = 0; step < cube.dimension(); ++step) {
             rank_t const partner = cube.partner(me, step);
-            detail::sendrecv(tp, tag, partner, detail::as_const(data), partner, inbox.span());
-            space::reduce(data, detail::as_const(inbox.span()), op, /*in_first=*/partner < me);
+            detail::sendrecv(tp, tag, partner, detail::as_const(data), partner, inbox);
+            space::reduce(data, detail::as_const(inbox), op, /*in_first=*/partner < me);
         }
-    }
-    detail::fold_out(tp, tag, cube, data);
+    });
     space::finalize(data, op, tp.size());
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::allreduce, recursive_doubling> =
+    [](auto&... a) { recursive_doubling_allreduce(a...); };
 }
 
 } // namespace chorus

@@ -15,7 +15,8 @@
 #include <span>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/topology/ring.hpp>
 #include <chorus/transport/concepts.hpp>
 
@@ -70,11 +71,15 @@ template <transport Transport, class T>
 void ring_allgather(Transport& tp, std::span<T const> send, std::span<T> recv) {
     rank_t const me = tp.rank();
     std::size_t const n = send.size();
-    detail::check_blocks(tp, "allgather", "the receive buffer", recv.size(), "send.size()", n);
-    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::allgather);
+    tag_t const tag =
+        detail::begin_blocks(tp, detail::collective_kind::allgather, "the receive buffer", recv.size(), "send.size()", n);
     Transport::memory_space::copy(detail::slot(recv, me, n), send);
     detail::ring_allgather_steps(
         tp, tag, me, [&](rank_t i) { return detail::slot(recv, i, n); }, [](rank_t u, rank_t i) { return u == i; });
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::allgather, ring> = [](auto&... a) { ring_allgather(a...); };
 }
 
 } // namespace chorus

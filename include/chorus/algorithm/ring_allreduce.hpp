@@ -43,7 +43,8 @@
 #include <cstddef>
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/ring.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -158,6 +159,10 @@ void ring_allreduce(Transport& tp, std::span<T> data, Op op) {
                   "wrap a commutative function in chorus::commutative(f), or use tree_allreduce, "
                   "recursive_doubling_allreduce or rabenseifner_allreduce, which keep rank order");
     detail::ring_allreduce_segmented(tp, data, op, detail::ring_segment_elements<Transport, T>(), detail::ring_window);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::allreduce, ring> = [](auto&... a) { ring_allreduce(a...); };
 }
 
 } // namespace chorus

@@ -14,7 +14,8 @@
 
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/ring.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -29,11 +30,10 @@ void ring_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> re
     static_assert(is_commutative_v<Op, T>,
                   "ring_reduce_scatter combines contributions in ring order, which needs a commutative op: "
                   "wrap a commutative function in chorus::commutative(f), or use tree_reduce_scatter");
-    rank_t const p = tp.size();
-    rank_t const me = tp.rank();
+    rank_t const p = tp.size(), me = tp.rank();
     std::size_t const n = recv.size();
-    detail::check_blocks(tp, "reduce_scatter", "the send buffer", send.size(), "recv.size()", n);
-    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::reduce_scatter);
+    tag_t const tag =
+        detail::begin_blocks(tp, detail::collective_kind::reduce_scatter, "the send buffer", send.size(), "recv.size()", n);
     using space = typename Transport::memory_space;
     auto const own = [&](rank_t i) { return detail::slot(send, static_cast<rank_t>(detail::ring_index(i, p)), n); };
     if (p == 1) space::copy(recv, own(0));
@@ -51,6 +51,11 @@ void ring_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> re
         outgoing = outbox;
     }
     space::finalize(recv, op, p);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::reduce_scatter, ring> =
+    [](auto&... a) { ring_reduce_scatter(a...); };
 }
 
 } // namespace chorus

@@ -23,7 +23,8 @@
 #include <vector>
 
 #include <chorus/algorithm/ring_allgather.hpp>
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/topology/binomial_tree.hpp>
 #include <chorus/transport/concepts.hpp>
 
@@ -62,6 +63,11 @@ void scatter_allgather_broadcast(Transport& tp, std::span<T> data, rank_t root) 
         tp, tag, virtual_rank(me), [&](rank_t i) { return detail::block(data, static_cast<std::size_t>(i), parts); },
         [&](rank_t u, rank_t i) { return i >= u && i < u + tree.subtree_size(real_rank(u)); });
     for (auto& s : sends) s.wait();
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::broadcast, scatter_allgather> =
+    [](auto&... a) { scatter_allgather_broadcast(a...); };
 }
 
 } // namespace chorus

@@ -14,7 +14,8 @@
 
 #include <chorus/algorithm/tree_broadcast.hpp>
 #include <chorus/algorithm/tree_reduce.hpp>
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/binomial_tree.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -29,6 +30,10 @@ void tree_allreduce(Transport& tp, std::span<T> data, Op op) {
     detail::tree_reduce_steps(tp, tag, tree, detail::as_const(data), data, op);
     if (tp.rank() == 0) Transport::memory_space::finalize(data, op, tp.size());
     detail::tree_broadcast_steps(tp, tag, tree, data);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::allreduce, tree> = [](auto&... a) { tree_allreduce(a...); };
 }
 
 } // namespace chorus

@@ -13,7 +13,8 @@
 #include <span>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/topology/binomial_tree.hpp>
 #include <chorus/topology/concepts.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -54,6 +55,10 @@ template <transport Transport, class T>
 void tree_broadcast(Transport& tp, std::span<T> data, rank_t root) {
     detail::check_root(tp, root, "broadcast");
     tree_broadcast(tp, binomial_tree(tp.size(), root), data);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::broadcast, tree> = [](auto&... a) { tree_broadcast(a...); };
 }
 
 } // namespace chorus

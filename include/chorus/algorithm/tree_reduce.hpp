@@ -13,7 +13,8 @@
 
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/binomial_tree.hpp>
 #include <chorus/topology/concepts.hpp>
@@ -84,6 +85,10 @@ void tree_reduce(Transport& tp, std::span<T const> send, std::span<T> recv, Op o
 template <transport Transport, class T, reduce_op<T> Op>
 void tree_reduce(Transport& tp, std::span<T> data, Op op, rank_t root) {
     tree_reduce(tp, detail::as_const(data), tp.rank() == root ? data : std::span<T>(), op, root);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::reduce, tree> = [](auto&... a) { tree_reduce(a...); };
 }
 
 } // namespace chorus

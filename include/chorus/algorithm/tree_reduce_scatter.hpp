@@ -11,7 +11,8 @@
 #include <vector>
 
 #include <chorus/algorithm/tree_reduce.hpp>
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/topology/binomial_tree.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -23,11 +24,10 @@ namespace chorus {
 /// @throws chorus::invalid_argument when send.size() != p * recv.size().
 template <transport Transport, class T, reduce_op<T> Op>
 void tree_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> recv, Op op) {
-    rank_t const p = tp.size();
-    rank_t const me = tp.rank();
+    rank_t const p = tp.size(), me = tp.rank();
     std::size_t const n = recv.size();
-    detail::check_blocks(tp, "reduce_scatter", "the send buffer", send.size(), "recv.size()", n);
-    tag_t const tag = detail::begin_collective(tp, detail::collective_kind::reduce_scatter);
+    tag_t const tag =
+        detail::begin_blocks(tp, detail::collective_kind::reduce_scatter, "the send buffer", send.size(), "recv.size()", n);
     using space = typename Transport::memory_space;
     binomial_tree const tree(p, 0);
     typename space::template buffer<T> acc(tree.children(me).empty() && me != 0 ? 0 : send.size());
@@ -43,6 +43,11 @@ void tree_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> re
         for (auto& s : sends) s.wait();
     }
     space::finalize(recv, op, p);
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::reduce_scatter, tree> =
+    [](auto&... a) { tree_reduce_scatter(a...); };
 }
 
 } // namespace chorus

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -17,33 +17,6 @@
 #include <chorus/fwd.hpp>
 
 namespace chorus::detail {
-
-enum class algorithm_id {
-    ring,
-    tree,
-    linear,
-    recursive_doubling,
-    rabenseifner,
-    pairwise,
-    dissemination,
-    scatter_allgather,
-    bruck,
-};
-
-inline constexpr char const* algorithm_name(algorithm_id a) noexcept {
-    switch (a) {
-    case algorithm_id::ring: return "ring";
-    case algorithm_id::tree: return "tree";
-    case algorithm_id::linear: return "linear";
-    case algorithm_id::recursive_doubling: return "recursive_doubling";
-    case algorithm_id::rabenseifner: return "rabenseifner";
-    case algorithm_id::pairwise: return "pairwise";
-    case algorithm_id::dissemination: return "dissemination";
-    case algorithm_id::scatter_allgather: return "scatter_allgather";
-    case algorithm_id::bruck: return "bruck";
-    }
-    return "?";
-}
 
 constexpr std::string_view trim(std::string_view s) noexcept {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -74,21 +47,21 @@ inline bool debug_enabled() noexcept {
     return env != nullptr && *env != '\0' && std::string_view(env) != "0";
 }
 
+/// An algorithm (its tag's name) and why it was chosen.
 struct choice {
-    algorithm_id algorithm;
+    std::string_view algorithm;
     char const* reason;
 };
 
 /// Applies CHORUS_ALGO to an automatic choice. `allowed` are the algorithms this collective
 /// has for this op; an unknown or inapplicable name is an error, not a silent fallback.
-inline choice apply_override(std::string_view collective, choice automatic_choice,
-                             std::initializer_list<algorithm_id> allowed) {
+inline choice apply_override(std::string_view collective, choice automatic_choice, std::span<std::string_view const> allowed) {
     std::string const wanted = env_algorithm(collective);
     if (wanted.empty()) return automatic_choice;
     std::string options;
-    for (algorithm_id a : allowed) {
-        if (wanted == algorithm_name(a)) return {a, "CHORUS_ALGO"};
-        options += (options.empty() ? "" : ", ") + std::string(algorithm_name(a));
+    for (std::string_view a : allowed) {
+        if (wanted == a) return {a, "CHORUS_ALGO"};
+        options += (options.empty() ? "" : ", ") + std::string(a);
     }
     throw invalid_argument(std::string(collective) + ": CHORUS_ALGO names '" + wanted + "' for " + std::string(collective) +
                            ", which is not one of its algorithms for this operation: " + options);
@@ -96,8 +69,8 @@ inline choice apply_override(std::string_view collective, choice automatic_choic
 
 inline void log_choice(rank_t rank, rank_t size, std::string_view collective, std::size_t bytes, choice c) {
     if (!debug_enabled()) return;
-    std::fprintf(stderr, "chorus: rank %d/%d %.*s %zu bytes -> %s (%s)\n", rank, size,
-                 static_cast<int>(collective.size()), collective.data(), bytes, algorithm_name(c.algorithm), c.reason);
+    std::fprintf(stderr, "chorus: rank %d/%d %.*s %zu bytes -> %.*s (%s)\n", rank, size, static_cast<int>(collective.size()),
+                 collective.data(), bytes, static_cast<int>(c.algorithm.size()), c.algorithm.data(), c.reason);
 }
 
 // Initial thresholds from the alpha-beta costs in the algorithm headers; they are to be fitted
@@ -108,11 +81,11 @@ inline constexpr std::size_t allreduce_small_bytes = 16 * 1024;
 inline constexpr std::size_t allreduce_large_bytes = 1024 * 1024;
 
 inline choice choose_allreduce(rank_t p, std::size_t bytes, bool commutative) {
-    if (p == 1) return {algorithm_id::recursive_doubling, "one rank"};
-    if (bytes <= allreduce_small_bytes) return {algorithm_id::recursive_doubling, "small message: latency-bound"};
-    if (!commutative) return {algorithm_id::rabenseifner, "non-commutative op: rank-order halving/doubling"};
-    if (bytes < allreduce_large_bytes) return {algorithm_id::rabenseifner, "mid-size message"};
-    return {algorithm_id::ring, "large message: bandwidth-bound"};
+    if (p == 1) return {recursive_doubling::name, "one rank"};
+    if (bytes <= allreduce_small_bytes) return {recursive_doubling::name, "small message: latency-bound"};
+    if (!commutative) return {rabenseifner::name, "non-commutative op: rank-order halving/doubling"};
+    if (bytes < allreduce_large_bytes) return {rabenseifner::name, "mid-size message"};
+    return {ring::name, "large message: bandwidth-bound"};
 }
 
 // Broadcast: the binomial tree sends the whole vector ceil(log2 p) times along its critical
@@ -128,10 +101,10 @@ inline constexpr std::size_t broadcast_large_bytes = 256 * 1024;
 inline constexpr rank_t broadcast_scatter_min_ranks = 5;
 
 inline choice choose_broadcast(rank_t p, std::size_t bytes) {
-    if (p <= 2) return {algorithm_id::tree, p == 1 ? "one rank" : "two ranks: one message"};
-    if (p < broadcast_scatter_min_ranks) return {algorithm_id::tree, "p <= 4: at most 2 vectors on the tree's path"};
-    if (bytes < broadcast_large_bytes) return {algorithm_id::tree, "small message: latency-bound"};
-    return {algorithm_id::scatter_allgather, "large message: bandwidth-bound"};
+    if (p <= 2) return {tree::name, p == 1 ? "one rank" : "two ranks: one message"};
+    if (p < broadcast_scatter_min_ranks) return {tree::name, "p <= 4: at most 2 vectors on the tree's path"};
+    if (bytes < broadcast_large_bytes) return {tree::name, "small message: latency-bound"};
+    return {scatter_allgather::name, "large message: bandwidth-bound"};
 }
 
 // Allgather, by the gathered size (p times the block): Bruck needs ceil(log2 p) messages to
@@ -140,9 +113,9 @@ inline choice choose_broadcast(rank_t p, std::size_t bytes) {
 inline constexpr std::size_t allgather_small_bytes = 64 * 1024;
 
 inline choice choose_allgather(rank_t p, std::size_t gathered_bytes) {
-    if (p <= 3) return {algorithm_id::ring, "p <= 3: as few rounds as bruck"};
-    if (gathered_bytes <= allgather_small_bytes) return {algorithm_id::bruck, "small message: latency-bound"};
-    return {algorithm_id::ring, "large message: bandwidth-bound"};
+    if (p <= 3) return {ring::name, "p <= 3: as few rounds as bruck"};
+    if (gathered_bytes <= allgather_small_bytes) return {bruck::name, "small message: latency-bound"};
+    return {ring::name, "large message: bandwidth-bound"};
 }
 
 // Alltoall: pairwise keeps up to 8 rounds in flight (detail::pairwise_window), so below a
@@ -155,15 +128,15 @@ inline constexpr std::size_t alltoall_bruck_block_bytes = 256;
 
 inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
     if (p >= alltoall_bruck_min_ranks && block_bytes <= alltoall_bruck_block_bytes)
-        return {algorithm_id::bruck, "many ranks, tiny blocks: log p rounds"};
-    return {algorithm_id::pairwise, "pairwise rounds in flight"};
+        return {bruck::name, "many ranks, tiny blocks: log p rounds"};
+    return {pairwise::name, "pairwise rounds in flight"};
 }
 
 /// The front doors' decision: the automatic choice, CHORUS_ALGO applied, logged. A bad
 /// override fails the group like any invalid argument.
 template <class Transport>
-algorithm_id decide(Transport& tp, std::string_view collective, std::size_t bytes, choice automatic_choice,
-                    std::initializer_list<algorithm_id> allowed) {
+std::string_view decide(Transport& tp, std::string_view collective, std::size_t bytes, choice automatic_choice,
+                        std::span<std::string_view const> allowed) {
     choice c = automatic_choice;
     try {
         c = apply_override(collective, automatic_choice, allowed);

@@ -7,6 +7,7 @@
 //
 // Named `minimum`/`maximum` (as CCCL does), not min/max: windows.h defines those as macros.
 
+#include <concepts>
 #include <type_traits>
 #include <utility>
 
@@ -16,9 +17,23 @@
 
 namespace chorus {
 
+namespace detail {
+// What the arithmetic ops need of T, so that an op over a type without it is no reduce_op
+// and a front door says so at the call (collectives.hpp, reduce_op_for).
+template <class T>
+concept addable = requires(T const& a, T const& b) { static_cast<T>(a + b); };
+template <class T>
+concept multipliable = requires(T const& a, T const& b) { static_cast<T>(a * b); };
+template <class T>
+concept less_comparable = requires(T const& a, T const& b) {
+    { b < a } -> std::convertible_to<bool>;
+};
+} // namespace detail
+
 /// a + b. Identity -0.0 for floating point (so that a sum of -0.0 stays -0.0), 0 otherwise.
 struct sum {
     template <class T>
+        requires detail::addable<T>
     CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const noexcept {
         return static_cast<T>(a + b);
     }
@@ -27,6 +42,7 @@ struct sum {
 /// a * b. Identity 1.
 struct prod {
     template <class T>
+        requires detail::multipliable<T>
     CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const noexcept {
         return static_cast<T>(a * b);
     }
@@ -35,6 +51,7 @@ struct prod {
 /// The smaller of a and b (a when they compare equal). Identity +inf, or max() for integers.
 struct minimum {
     template <class T>
+        requires detail::less_comparable<T>
     CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const noexcept {
         return b < a ? b : a;
     }
@@ -43,6 +60,7 @@ struct minimum {
 /// The larger of a and b (a when they compare equal). Identity -inf, or lowest() for integers.
 struct maximum {
     template <class T>
+        requires detail::less_comparable<T>
     CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const noexcept {
         return a < b ? b : a;
     }
@@ -54,6 +72,7 @@ struct maximum {
 /// floating-point type (as the seed's 2.5 example does) for an exact mean.
 struct avg {
     template <class T>
+        requires detail::addable<T>
     CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const noexcept {
         return static_cast<T>(a + b);
     }

@@ -5,11 +5,14 @@
 // The transport concept: what every algorithm may assume of the thing that moves bytes.
 // The full semantic contract, with a table per operation, is docs/concepts.md#transport.
 
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <type_traits>
 
 #include <chorus/fwd.hpp>
+#include <chorus/memory.hpp>
 
 namespace chorus {
 
@@ -47,13 +50,14 @@ concept request = std::movable<R> && requires(R& r) {
 /// 6. `abort(reason)` marks the group as failed: every pending and later operation on every
 ///    rank fails with `errc::peer_failed` naming this rank. Collectives call it before they
 ///    throw, so a failed collective says so on every rank instead of leaving peers waiting.
-/// 7. `memory_space` says where message buffers live (`chorus::host_memory` or a device
-///    space); algorithms allocate scratch and reduce through it.
+/// 7. `memory_space` (a chorus::memory_space) says where message buffers live
+///    (`chorus::host_memory` or a device space); algorithms allocate scratch and reduce
+///    through it.
 template <class T>
 concept transport = requires(T& t, T const& ct, rank_t peer, tag_t tag,
                              std::span<std::byte const> out, std::span<std::byte> in,
                              char const* reason) {
-    typename T::memory_space;
+    requires memory_space<typename T::memory_space>;
     typename T::request;
     requires request<typename T::request>;
     { ct.rank() } noexcept -> std::same_as<rank_t>;
@@ -67,5 +71,45 @@ concept transport = requires(T& t, T const& ct, rank_t peer, tag_t tag,
 /// A transport whose buffers are ordinary host memory (`std::vector`, arrays).
 template <class T>
 concept host_transport = transport<T> && std::same_as<typename T::memory_space, host_memory>;
+
+/// The device of a staged transport (transport/staged.hpp): memory other ranks can open, and
+/// copies that complete asynchronously, in the order they were enqueued. Models: CUDA IPC's
+/// device (cuda_ipc.hpp) and a host model in the tests. docs/concepts.md#staged_device.
+/// - `allocate_shared` memory can be exported (`export_handle`) and opened by other ranks
+///   (`open_handle`, `close_handle`); `release_shared` frees it, `abandon_shared` leaves it to
+///   the end of the process (a peer may still have it open); `allocate`/`release`: staging.
+/// - `copy` enqueues; `record()` returns an event that is `done` once every copy enqueued
+///   before it completed; `synchronize()` waits for all.
+/// - `check_current()` throws unless the calling thread may use the device;
+///   `scoped_current()` makes it usable for a scope (a destructor on another thread).
+template <class D>
+concept staged_device = std::move_constructible<D> && std::is_trivially_copyable_v<typename D::handle> &&
+    requires(D& d, void* p, void const* cp, std::size_t n, typename D::handle const& h, typename D::event& e) {
+        typename D::memory_space;
+        { d.allocate_shared(n) } -> std::same_as<void*>;
+        { d.release_shared(p) } noexcept;
+        { d.abandon_shared(p) } noexcept;
+        d.check_current();
+        { d.scoped_current() } noexcept;
+        { d.allocate(n) } -> std::same_as<void*>;
+        { d.release(p) } noexcept;
+        { d.export_handle(p) } -> std::same_as<typename D::handle>;
+        { d.open_handle(h) } -> std::same_as<void*>;
+        { d.close_handle(p) } noexcept;
+        d.copy(p, cp, n);
+        { d.record() } -> std::same_as<typename D::event>;
+        { d.done(e) } -> std::same_as<bool>;
+        { d.release(e) } noexcept;
+        { d.synchronize() } noexcept;
+    };
+
+/// A transport that can carry a staged transport's control messages: host memory, and
+/// requests that can be let go without cancelling (`detach()`, for the receives still
+/// pending when the staged transport shuts down).
+template <class T>
+concept control_transport = host_transport<T> && requires(typename T::request& r, T const& t) {
+    r.detach();
+    { t.timeout() } -> std::convertible_to<std::chrono::milliseconds>;
+};
 
 } // namespace chorus

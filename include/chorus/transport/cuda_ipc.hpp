@@ -10,7 +10,7 @@
 // cuda_device_memory.
 //
 // Messages move through per-peer FIFOs in the receiver's device memory, shared once with
-// cudaIpcGetMemHandle / cudaIpcOpenMemHandle (the protocol: detail/staged_engine.hpp); the
+// cudaIpcGetMemHandle / cudaIpcOpenMemHandle (the protocol: staged/protocol.hpp); the
 // handles, chunk headers and credits travel over a tcp_transport, whose rendezvous
 // (MASTER_ADDR/MASTER_PORT, chorusrun) sets the group up.
 //
@@ -45,11 +45,12 @@
 #include <vector>
 
 #include <chorus/config.hpp>
-#include <chorus/detail/staged_engine.hpp>
+#include <chorus/detail/env.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/reduce/cuda_types.hpp>
 #include <chorus/reduce/traits.hpp>
+#include <chorus/transport/staged.hpp>
 #include <chorus/transport/tcp.hpp>
 
 namespace chorus {
@@ -334,8 +335,8 @@ struct cuda_ipc_config {
 /// cudaSetDevice(tp.device_ordinal()) first, or its operations throw invalid_argument and
 /// fail the group). A CUDA error in an operation fails the group too, its text reaching every
 /// rank, as any other failure does.
-class cuda_ipc_transport : public detail::staged_transport<detail::cuda_ipc_device> {
-    using base = detail::staged_transport<detail::cuda_ipc_device>;
+class cuda_ipc_transport : public staged_transport<detail::cuda_ipc_device, tcp_transport> {
+    using base = staged_transport<detail::cuda_ipc_device, tcp_transport>;
 
 public:
     /// Connects the control channel (the rendezvous of tcp_transport), picks the GPU and
@@ -345,27 +346,23 @@ public:
     /// Over an existing tcp_transport as the control channel (it must have no messages in
     /// flight), e.g. one a program already used for host data: no second rendezvous.
     explicit cuda_ipc_transport(tcp_transport&& control, cuda_ipc_options options = {})
-        : base(std::move(control), detail::staged_config{options.chunk, options.slots},
+        : base(std::move(control), staged_config{options.chunk, options.slots},
                detail::cuda_ipc_device(detail::cuda_pick_device(options.device, control.local_rank()))) {}
 
     /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES and CHORUS_CUDA_SLOTS.
     static cuda_ipc_options options_from_env() {
+        detail::env_reader const env("cuda_ipc_transport::from_env");
         cuda_ipc_options o;
-        auto const positive = [](char const* name) {
-            std::string const v = detail::env_or(name);
-            if (v.empty()) return std::size_t{0};
-            long long const n = detail::parse_env_number(v, name);
-            if (n <= 0) throw invalid_argument(std::string("cuda_ipc_transport::from_env: ") + name + " must be positive: " + v);
-            return static_cast<std::size_t>(n);
-        };
-        if (std::string v = detail::env_or("CHORUS_CUDA_DEVICE"); !v.empty())
-            o.device = static_cast<int>(detail::parse_env_number(v, "CHORUS_CUDA_DEVICE"));
-        if (std::size_t n = positive("CHORUS_CUDA_CHUNK_BYTES")) o.chunk = n;
-        if (std::size_t n = positive("CHORUS_CUDA_SLOTS")) o.slots = n;
+        o.device = static_cast<int>(env.number_at_least("CHORUS_CUDA_DEVICE", 0, o.device));
+        o.chunk = static_cast<std::size_t>(env.number_at_least("CHORUS_CUDA_CHUNK_BYTES", 1, static_cast<long long>(o.chunk)));
+        o.slots = static_cast<std::size_t>(env.number_at_least("CHORUS_CUDA_SLOTS", 1, static_cast<long long>(o.slots)));
         return o;
     }
-    /// The launcher's variables (tcp_transport::config_from_env) and options_from_env().
-    static cuda_ipc_config config_from_env() { return {tcp_transport::config_from_env(), options_from_env()}; }
+    /// The launcher's variables (tcp_config_from_env) and options_from_env(); errors name
+    /// cuda_ipc_transport::from_env.
+    static cuda_ipc_config config_from_env() {
+        return {tcp_config_from_env("cuda_ipc_transport::from_env"), options_from_env()};
+    }
     static cuda_ipc_transport from_env() { return cuda_ipc_transport(config_from_env()); }
 
     /// Ring allreduce segments (detail::ring_segment_elements): each message costs a control

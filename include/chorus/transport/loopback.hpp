@@ -17,10 +17,8 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <functional>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -29,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include <chorus/detail/matching.hpp>
 #include <chorus/detail/request_handle.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -45,21 +44,23 @@ struct loopback_options {
 
 namespace detail {
 
-struct loopback_recv {
+/// A loopback receive (sends complete at once: they need no state).
+struct loopback_recv : message_op {
     rank_t me = 0;  // the receiving rank
-    rank_t src = 0;
-    tag_t tag = 0;
-    std::span<std::byte> buffer;
-    bool done = false;
-    bool posted = false;
-    errc error{};  // errc{} = no error
-    std::string message;
+    std::byte* buffer = nullptr;
+};
+
+struct loopback_message {
+    tag_t tag;
+    std::vector<std::byte> bytes;
 };
 
 class loopback_world {
 public:
     loopback_world(rank_t size, loopback_options options)
-        : options_(options), boxes_(static_cast<std::size_t>(size)), sequences_(static_cast<std::size_t>(size)) {}
+        : options_(options), boxes_(static_cast<std::size_t>(size)), sequences_(static_cast<std::size_t>(size)) {
+        for (mailbox& box : boxes_) box.from.resize(static_cast<std::size_t>(size));
+    }
 
     rank_t size() const noexcept { return static_cast<rank_t>(boxes_.size()); }
     loopback_options const& options() const noexcept { return options_; }
@@ -68,46 +69,23 @@ public:
         mailbox& box = box_of(to);
         std::lock_guard lock(box.mutex);
         throw_if_failed(from);
-        for (auto it = box.posted.begin(); it != box.posted.end(); ++it) {
-            loopback_recv& r = **it;
-            if (r.src != from) continue;
-            if (r.tag == tag) {
-                deliver(r, to, bytes);
-                r.posted = false;
-                box.posted.erase(it);
-                box.ready.notify_all();
-                return;
-            }
-            if (tags_conflict(r.tag, tag)) {
-                // The receiver is waiting for this collective but the sender is in another.
-                fail(r, errc::tag_mismatch, collective_mismatch_message(to, r.tag, from, tag));
-                r.posted = false;
-                box.posted.erase(it);
-                box.ready.notify_all();
-                break;  // keep the message: the receiver's error names it already
-            }
-        }
-        box.unexpected.push_back({from, tag, std::vector<std::byte>(bytes.begin(), bytes.end())});
+        auto& queue = box.from[static_cast<std::size_t>(from)];
+        // Any receive it meets changes (completes, or fails on a mismatch): wake the waiters.
+        box.ready.notify_all();
+        if (auto r = queue.take_receive(to, from, tag)) return deliver(*r, bytes);
+        queue.messages().push_back({tag, std::vector<std::byte>(bytes.begin(), bytes.end())});
     }
 
     void post(rank_t me, std::shared_ptr<loopback_recv> const& r) {
         mailbox& box = box_of(me);
         std::lock_guard lock(box.mutex);
         throw_if_failed(me);
-        for (auto it = box.unexpected.begin(); it != box.unexpected.end(); ++it) {
-            if (it->src != r->src) continue;
-            if (it->tag == r->tag) {
-                deliver(*r, me, it->bytes);
-                box.unexpected.erase(it);
-                return;
-            }
-            if (tags_conflict(r->tag, it->tag)) {
-                fail(*r, errc::tag_mismatch, collective_mismatch_message(me, r->tag, it->src, it->tag));
-                return;
-            }
-        }
-        r->posted = true;
-        box.posted.push_back(r);
+        auto& queue = box.from[static_cast<std::size_t>(r->peer)];
+        auto const it = queue.find_message(*r, me);
+        if (r->done) return;  // a message of another collective failed it
+        if (it == queue.messages().end()) return queue.post(r);
+        deliver(*r, it->bytes);
+        queue.messages().erase(it);
     }
 
     // Blocks until r completes, the group fails, or the timeout passes; throws on failure.
@@ -117,23 +95,14 @@ public:
         std::unique_lock lock(box.mutex);
         auto const deadline = std::chrono::steady_clock::now() + options_.timeout;
         bool const finished = box.ready.wait_until(lock, deadline, [&] { return r->done || failed_.load(); });
-        if (r->done) {
-            if (r->error == errc{}) return;
-            std::string const what = r->message;
-            errc const e = r->error;
-            lock.unlock();
-            abort(me, what);
-            throw transport_error(e, r->src, what);
+        std::string hint;
+        if (!r->done) {
+            unpost(box, *r);
+            if (finished) throw_if_failed(me);  // the group failed while we waited
+            hint = laggards(r->tag);
         }
-        if (finished) {  // the group failed while we waited
-            unpost(box, r);
-            throw_if_failed(me);
-        }
-        unpost(box, r);
-        std::string const what = timeout_message(me, *r);
         lock.unlock();
-        abort(me, what);
-        throw timeout_error(r->src, what);
+        conclude_wait(*r, me, options_.timeout, [&](std::string const& what) { abort(me, what); }, hint);
     }
 
     bool test(std::shared_ptr<loopback_recv> const& r) {
@@ -157,18 +126,16 @@ public:
         {
             std::lock_guard lock(box.mutex);
             was_pending = !r->done;
-            unpost(box, r);
+            unpost(box, *r);
         }
-        if (was_pending) abort(me, abandoned_message(me, /*is_send=*/false, r->tag, r->src));
+        if (was_pending) abort(me, abandoned_message(me, /*is_send=*/false, r->tag, r->peer));
     }
 
     /// Marks the group failed on behalf of `who`; the first reason is kept.
     void abort(rank_t who, std::string const& reason) noexcept {
         {
             std::lock_guard lock(failure_mutex_);
-            if (failed_.load()) return;
-            failed_rank_ = who;
-            failure_ = reason;
+            if (!failure_.set(who, reason)) return;
             failed_.store(true);
         }
         for (mailbox& box : boxes_) {
@@ -182,64 +149,37 @@ public:
     }
 
 private:
-    struct message {
-        rank_t src;
-        tag_t tag;
-        std::vector<std::byte> bytes;
-    };
     struct mailbox {
         std::mutex mutex;
         std::condition_variable ready;
-        std::deque<message> unexpected;
-        std::list<std::shared_ptr<loopback_recv>> posted;
+        std::vector<match_queue<loopback_recv, loopback_message>> from;  // by sender
     };
 
     mailbox& box_of(rank_t r) { return boxes_[static_cast<std::size_t>(r)]; }
 
-    static void unpost(mailbox& box, std::shared_ptr<loopback_recv> const& r) {
-        if (!r->posted) return;
-        box.posted.remove(r);
-        r->posted = false;
-    }
+    static void unpost(mailbox& box, loopback_recv& r) noexcept { box.from[static_cast<std::size_t>(r.peer)].unpost(r); }
 
-    static void fail(loopback_recv& r, errc e, std::string message) {
-        r.error = e;
-        r.message = std::move(message);
+    static void deliver(loopback_recv& r, std::span<std::byte const> bytes) {
+        if (!check_size(r, r.me, bytes.size())) return;
+        if (!bytes.empty()) std::memcpy(r.buffer, bytes.data(), bytes.size());
         r.done = true;
     }
 
-    static void deliver(loopback_recv& r, rank_t me, std::span<std::byte const> bytes) {
-        if (bytes.size() != r.buffer.size()) {
-            fail(r, errc::size_mismatch, size_mismatch_message(me, bytes.size(), r.src, r.tag, r.buffer.size()));
-            return;
-        }
-        if (!bytes.empty()) std::memcpy(r.buffer.data(), bytes.data(), bytes.size());
-        r.done = true;
-    }
-
-    std::string timeout_message(rank_t me, loopback_recv const& r) const {
-        std::string what = "rank " + std::to_string(me) + ": timed out after " +
-                           std::to_string(options_.timeout.count()) + " ms waiting for rank " +
-                           std::to_string(r.src) + " (" + describe_tag(r.tag) + ")";
-        if (is_collective_tag(r.tag)) {
-            // Name the ranks that never reached this collective: they are the likely culprits.
-            std::string behind;
-            for (rank_t q = 0; q < size(); ++q)
-                if (sequences_[static_cast<std::size_t>(q)].load() <= tag_sequence(r.tag))
-                    behind += (behind.empty() ? "" : ", ") + std::to_string(q);
-            if (!behind.empty()) what += "; ranks that have not reached it: " + behind;
-        }
-        return what;
+    // For a timeout in a collective: the ranks that never reached it, the likely culprits
+    // (threads of one process can see every rank's sequence, a real transport cannot).
+    std::string laggards(tag_t tag) const {
+        if (!is_collective_tag(tag)) return {};
+        std::string behind;
+        for (rank_t q = 0; q < size(); ++q)
+            if (sequences_[static_cast<std::size_t>(q)].load() <= tag_sequence(tag))
+                behind += (behind.empty() ? "" : ", ") + std::to_string(q);
+        return behind.empty() ? std::string() : "; ranks that have not reached it: " + behind;
     }
 
     void throw_if_failed(rank_t me) const {
         if (!failed_.load()) return;
         std::lock_guard lock(failure_mutex_);
-        if (failed_rank_ == me)
-            throw transport_error(errc::aborted, me, "rank " + std::to_string(me) + " aborted earlier: " + failure_);
-        throw transport_error(errc::peer_failed, failed_rank_,
-                              "rank " + std::to_string(me) + ": the group failed at rank " +
-                                  std::to_string(failed_rank_) + ": " + failure_);
+        failure_.throw_if_failed(me);
     }
 
     loopback_options options_;
@@ -247,8 +187,7 @@ private:
     std::vector<std::atomic<std::uint64_t>> sequences_;
     mutable std::mutex failure_mutex_;
     std::atomic<bool> failed_{false};
-    rank_t failed_rank_ = -1;
-    std::string failure_;
+    group_failure failure_;
 };
 
 } // namespace detail
@@ -270,17 +209,15 @@ public:
     std::chrono::milliseconds timeout() const noexcept { return world_->options().timeout; }
 
     request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
-        check_peer(peer);
+        detail::check_peer(rank_, peer, size());
         world_->send(rank_, peer, tag, bytes);
         return {};
     }
     request irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
-        check_peer(peer);
-        auto r = std::make_shared<detail::loopback_recv>();
+        detail::check_peer(rank_, peer, size());
+        auto r = detail::make_op<detail::loopback_recv>(false, peer, tag, bytes.size());
         r->me = rank_;
-        r->src = peer;
-        r->tag = tag;
-        r->buffer = bytes;
+        r->buffer = bytes.data();
         world_->post(rank_, r);
         return {world_.get(), std::move(r)};
     }
@@ -288,11 +225,6 @@ public:
     void abort(char const* reason) noexcept { world_->abort(rank_, reason); }
 
 private:
-    void check_peer(rank_t peer) const {
-        if (peer < 0 || peer >= size())
-            throw invalid_argument(detail::peer_range_message(rank_, peer, size()));
-    }
-
     std::shared_ptr<detail::loopback_world> world_;
     rank_t rank_;
 };

@@ -14,9 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include <chorus/detail/schedule.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/reduce/traits.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus::detail {
@@ -33,6 +35,11 @@ template <class T>
 std::span<std::byte> writable_bytes_of(std::span<T> s) noexcept {
     return std::as_writable_bytes(s);
 }
+
+/// A ring combines contributions in ring order, not in rank order: where there is a reduction,
+/// a ring schedule needs a commutative op (the automatic choice passes over it otherwise).
+template <collective_kind K, class T, class Op>
+inline constexpr bool schedule_applies<K, ring, T, Op> = std::is_void_v<Op> || is_commutative_v<Op, T>;
 
 /// Starts a collective: draws its tag from the transport's sequence.
 template <transport Transport>
@@ -71,6 +78,14 @@ void check_blocks(Transport& tp, char const* collective, char const* what, std::
         fail_argument(tp, std::string(collective) + ": " + what + " holds " + std::to_string(have) +
                               " elements, expected ranks * " + per + " = " + std::to_string(p) + " * " +
                               std::to_string(block));
+}
+
+/// check_blocks, then begin_collective: the start of the collectives over p blocks.
+template <transport Transport>
+tag_t begin_blocks(Transport& tp, collective_kind kind, char const* what, std::size_t have, char const* per,
+                   std::size_t block) {
+    check_blocks(tp, kind_name(kind), what, have, per, block);
+    return begin_collective(tp, kind);
 }
 
 /// Checks the layout of alltoall: send and receive buffers of equal size, p blocks each.

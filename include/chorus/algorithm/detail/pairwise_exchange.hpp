@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus::detail {

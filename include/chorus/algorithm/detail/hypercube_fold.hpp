@@ -9,7 +9,7 @@
 
 #include <span>
 
-#include <chorus/detail/collective.hpp>
+#include <chorus/algorithm/detail/collective.hpp>
 #include <chorus/topology/hypercube.hpp>
 #include <chorus/transport/concepts.hpp>
 
@@ -38,6 +38,17 @@ void fold_out(Transport& tp, tag_t tag, hypercube const& cube, std::span<T> data
     rank_t const partner = cube.fold_partner(me);
     if (cube.is_folded(me)) recv(tp, tag, partner, data);
     else if (partner >= 0) send(tp, tag, partner, as_const(data));
+}
+
+/// The frame of the hypercube allreduces: the collective's tag, the fold in, `core(tag, cube,
+/// inbox)` on the core ranks (`inbox`: scratch of data.size() elements), the fold out.
+template <transport Transport, class T, class Op, class Core>
+void hypercube_allreduce(Transport& tp, std::span<T> data, Op const& op, Core const& core) {
+    tag_t const tag = begin_collective(tp, collective_kind::allreduce);
+    hypercube const cube(tp.size());
+    typename Transport::memory_space::template buffer<T> inbox(tp.size() > 1 ? data.size() : 0);
+    if (fold_in(tp, tag, cube, data, inbox.span(), op)) core(tag, cube, inbox.span());
+    fold_out(tp, tag, cube, data);  // a folded rank receives the result here
 }
 
 } // namespace chorus::detail

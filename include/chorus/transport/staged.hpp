@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// staged_transport<Device, Control>: a transport whose messages move through FIFOs in the
+// receiver's memory, copied by a device (a staged_device), with a control channel (a
+// control_transport) for chunk headers and credits. The protocol: staged/protocol.hpp; the
+// engine: staged/engine.hpp. cuda_ipc_transport is staged_transport<cuda_ipc_device,
+// tcp_transport>; the tests run it over a host model of a device and over loopback or TCP.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include <chorus/detail/request_handle.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/transport/concepts.hpp>
+#include <chorus/transport/staged/engine.hpp>
+#include <chorus/transport/staged/protocol.hpp>
+
+namespace chorus {
+
+template <staged_device Device, control_transport Control>
+class staged_transport {
+public:
+    using memory_space = typename Device::memory_space;
+    using engine = detail::staged_engine<Device, Control>;
+    using request = detail::request_handle<engine, detail::staged_op>;
+
+    /// Over a connected control channel with no messages in flight (the engine uses its tags 1
+    /// and 2); starts the exchange of FIFO handles, which completes in the first operations'
+    /// progress (their timeout bounds it). An rvalue reference, not a value: `control` is
+    /// moved from only once every argument was evaluated.
+    staged_transport(Control&& control, staged_config config, Device device)
+        : engine_(std::make_unique<engine>(std::move(control), config, std::move(device))) {}
+
+    rank_t rank() const noexcept { return engine_->rank(); }
+    rank_t size() const noexcept { return engine_->size(); }
+    rank_t local_rank() const noexcept { return engine_->local_rank(); }
+    std::chrono::milliseconds timeout() const noexcept { return engine_->timeout(); }
+    Device& device() noexcept { return engine_->device(); }
+
+    request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
+        return {engine_.get(), engine_->isend(peer, tag, bytes)};
+    }
+    request irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
+        return {engine_.get(), engine_->irecv(peer, tag, bytes)};
+    }
+    std::uint64_t next_sequence() noexcept { return engine_->next_sequence(); }
+    void abort(char const* reason) noexcept {
+        try {
+            engine_->abort(reason ? reason : "aborted");
+        } catch (...) {  // the reason's copy failed to allocate: the group stays as it was
+        }
+    }
+
+private:
+    std::unique_ptr<engine> engine_;
+};
+
+} // namespace chorus

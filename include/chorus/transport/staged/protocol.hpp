@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// The staged protocol, of the transports whose ranks share memory that only a device can copy
+// (CUDA IPC): messages move through per-peer FIFOs in the receiver's memory, and a control
+// channel (any control_transport: TCP between processes, loopback in tests) carries the
+// little that must cross between ranks — the FIFO handles once, at set-up, then one header per
+// chunk and the credits that free the slots.
+//
+// For one ordered pair of ranks s -> r (the pair s -> s, messages to self, too):
+// - r owns a FIFO for s: `slots` slots of `chunk` bytes in its memory, exported once
+//   (Device::export_handle) and opened by s (Device::open_handle).
+// - s sends its messages in the order they were posted. A message is cut into chunks; for
+//   each, s takes a free slot (a credit), enqueues a copy from its buffer into that slot of
+//   r's FIFO, and records an event. Once the event has completed, s sends r the chunk's header
+//   (tag, message size, offset, length, slot) over the control channel. The send is complete
+//   when the copies of all its chunks are: its buffer may be reused.
+// - r reads the headers in order. The first chunk of a message is matched (detail/matching.hpp)
+//   to the oldest receive posted for (s, tag), whose size must equal the message's, or else is
+//   unexpected: it is staged in a scratch allocation until its receive is posted. r enqueues a
+//   copy from the slot to the receive buffer; once it completed, the slot goes back to s as a
+//   credit and, after the last chunk, the receive is complete.
+// Ordering needs no more than this: copies on one rank complete in the order they were
+// enqueued (one stream), headers and credits travel in order (one control tag each), and the
+// slots are used round robin.
+//
+// Cost per chunk: one device copy each side plus one control message each way (tens of
+// microseconds over loopback TCP); with `slots` chunks in flight per peer, copies of later
+// chunks overlap the control latency of earlier ones, so large messages pipeline.
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include <chorus/detail/matching.hpp>
+
+namespace chorus {
+
+struct staged_config {
+    /// Bytes per FIFO slot and slots per peer: up to `slots` chunks per peer are in flight.
+    std::size_t chunk = std::size_t{1} << 21;
+    std::size_t slots = 8;
+};
+
+namespace detail {
+
+/// One isend or irecv of a staged engine.
+struct staged_op : message_op {
+    std::byte* in = nullptr;         // receive buffer
+    std::byte const* out = nullptr;  // send buffer
+    std::size_t enqueued = 0;        // send: bytes whose copy was enqueued
+    std::size_t completed = 0;       // bytes whose copy completed
+};
+
+/// What the control channel carries: a chunk's header, credits, or the goodbye.
+struct staged_control {
+    enum kind_t : std::uint64_t { chunk = 1, credit = 2, bye = 3 };
+    std::uint64_t kind;
+    std::uint64_t tag;
+    std::uint64_t total;   // chunk: the message's size in bytes
+    std::uint64_t offset;  // chunk: its offset in the message
+    std::uint64_t length;  // chunk: its length (0 only for a zero-length message); credit: slots freed
+    std::uint64_t slot;
+};
+static_assert(std::is_trivially_copyable_v<staged_control>);
+
+} // namespace detail
+} // namespace chorus

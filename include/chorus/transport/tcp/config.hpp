@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// tcp_config: what a TCP group needs to know to form (rendezvous, addresses, ports, timeouts),
+// and tcp_config_from_env(), the same read from the variables a launcher sets.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <chorus/detail/env.hpp>
+#include <chorus/fwd.hpp>
+
+namespace chorus {
+
+struct tcp_config {
+    rank_t rank = 0;
+    rank_t size = 1;
+    /// This rank's index among the ranks of its node (LOCAL_RANK); chorus itself does not use
+    /// it, device transports and users do (e.g. to pick a GPU).
+    rank_t local_rank = 0;
+    /// Host name or address literal of rank 0; IPv6 literals may be bracketed ("[::1]").
+    std::string master_addr = "127.0.0.1";
+    std::uint16_t master_port = 0;
+    /// Rank 0 only: an already listening socket for the rendezvous, handed down by a launcher
+    /// (CHORUS_MASTER_FD) that bound it, so there is no window in which the port could be taken.
+    /// Owned by the transport from then on. -1: bind master_addr:master_port instead.
+    int master_fd = -1;
+    /// The address this rank tells the others to connect to. Empty: the address of the
+    /// interface named by socket_ifname, else the local address of the connection to the master
+    /// (the interface the route to the master uses).
+    std::string advertise_addr;
+    /// Interface whose address is advertised (CHORUS_SOCKET_IFNAME), e.g. "eth1".
+    std::string socket_ifname;
+    /// Port range [port_min, port_max] for this rank's listening socket (CHORUS_PORT_RANGE), for
+    /// sites whose firewall opens only some ports. Both 0: any ephemeral port.
+    std::uint16_t port_min = 0, port_max = 0;
+    /// Bounds every wait, the rendezvous, and the goodbye exchange at shutdown.
+    std::chrono::milliseconds timeout{30000};
+    /// How long a wait polls (yielding the core in between) before it blocks (CHORUS_SPIN_US).
+    /// On an idle host a blocked ppoll wakes up late — a sleeping core takes tens of
+    /// microseconds: 170 us per 8-byte allreduce on the 2-core CI VM, against 13 us spinning —
+    /// and on a busy one the sched_yield hands the core to whichever rank has work. 50 us covers
+    /// a small message's round trip on loopback; 0 never spins.
+    std::chrono::microseconds spin{50};
+    /// Must be equal on all ranks of a job; connections with another token are ignored.
+    std::string job_token;
+    /// Called by rank 0 once its master socket is listening, with the bound port. With
+    /// master_port 0 the system picks a free port: tests pass it to the other ranks this way.
+    std::function<void(std::uint16_t)> on_master_listening;
+};
+
+/// The configuration a launcher describes in the environment (detail::read_launch_env: RANK,
+/// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or their Slurm and Open MPI counterparts;
+/// "[::1]" is accepted as MASTER_ADDR), and chorus's own CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS,
+/// CHORUS_SPIN_US, CHORUS_SOCKET_IFNAME, CHORUS_PORT_RANGE ("lo-hi") and, for rank 0,
+/// CHORUS_MASTER_FD (set by chorusrun). Errors name `caller` and the variable.
+inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_env") {
+    detail::env_reader const env(caller);
+    detail::launch_env const l = detail::read_launch_env(env);
+    tcp_config c;
+    c.rank = l.rank;
+    c.size = l.size;
+    c.local_rank = l.local_rank;
+    c.master_addr = l.master_addr;
+    c.master_port = l.master_port;
+    c.job_token = env.get({"CHORUS_JOB_TOKEN"});
+    c.timeout = std::chrono::milliseconds(env.number_at_least("CHORUS_TIMEOUT_MS", 1, c.timeout.count()));
+    c.spin = std::chrono::microseconds(env.number_at_least("CHORUS_SPIN_US", 0, c.spin.count()));
+    c.socket_ifname = env.get({"CHORUS_SOCKET_IFNAME"});
+    if (std::string r = env.get({"CHORUS_PORT_RANGE"}); !r.empty()) {
+        std::size_t const dash = r.find_first_of("-:");
+        if (dash == std::string::npos) env.fail("CHORUS_PORT_RANGE must be LOW-HIGH: '" + r + "'");
+        c.port_min = env.port(r.substr(0, dash), "CHORUS_PORT_RANGE");
+        c.port_max = env.port(r.substr(dash + 1), "CHORUS_PORT_RANGE");
+        if (c.port_min > c.port_max) env.fail("CHORUS_PORT_RANGE is empty: '" + r + "'");
+    }
+    if (std::string fd = env.get({"CHORUS_MASTER_FD"}); !fd.empty() && c.rank == 0)
+        c.master_fd = static_cast<int>(env.number(fd, "CHORUS_MASTER_FD"));
+    return c;
+}
+
+} // namespace chorus

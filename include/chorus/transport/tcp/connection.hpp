@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// One TCP connection of the engine (engine.hpp): frames out, bytes in. A send is one gathered
+// sendmsg of its header and the user's buffer (no copy), coalescing queued frames; it
+// completes when its last byte is in the socket. Reads go through a 64 KiB staging buffer, so
+// a small message and the headers after it take one recv; a payload with a posted receive is
+// copied from staging, and recv'd straight into the user's buffer once what remains is larger
+// than staging; an unexpected one goes to a heap buffer.
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <asio/ip/tcp.hpp>
+
+#include <sys/socket.h>  // sendmsg/recv
+#include <sys/uio.h>     // iovec: gathered writes
+
+#include <chorus/detail/matching.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/transport/tcp/wire.hpp>
+
+namespace chorus::detail {
+
+/// One send or receive, shared by its request and, while in flight, its connection.
+struct tcp_op : message_op {
+    std::byte* in = nullptr;         // receive buffer
+    std::byte const* out = nullptr;  // send buffer
+};
+
+/// A frame queued for writing. Its payload is the send's buffer, or `owned` for control frames
+/// and for a send detached from its buffer, which then holds the payload from byte `skip` on.
+struct tcp_frame {
+    std::array<unsigned char, tcp_wire::header_size> header{};
+    std::shared_ptr<tcp_op> op;
+    std::vector<std::byte> owned;
+    std::size_t skip = 0;
+    std::size_t size = 0;  // payload bytes
+    std::size_t sent = 0;  // bytes of header + payload written so far
+
+    std::size_t total() const noexcept { return tcp_wire::header_size + size; }
+    std::byte const* payload_at(std::size_t offset) const noexcept {
+        return op ? op->out + offset : owned.data() + (offset - skip);
+    }
+};
+
+struct tcp_message {
+    tag_t tag;
+    std::vector<std::byte> bytes;
+};
+
+/// One connection and the state of its two directions: what is written (frames queued, the
+/// first one maybe half sent) and what is read (staged bytes, the frame arriving).
+struct tcp_peer {
+    tcp_peer(rank_t r, asio::ip::tcp::socket s) : rank(r), sock(std::move(s)), staging(64 * 1024) {}
+    rank_t rank;
+    asio::ip::tcp::socket sock;
+    // reading: staging[begin, end) holds bytes received but not yet consumed
+    std::vector<std::byte> staging;
+    std::size_t begin = 0, end = 0;
+    bool in_frame = false;  // a header was parsed, its payload is arriving
+    std::uint64_t in_type = 0;
+    tag_t in_tag = 0;
+    std::size_t in_size = 0, in_got = 0;
+    std::shared_ptr<tcp_op> in_op;   // the posted receive the payload goes to, or
+    std::vector<std::byte> in_heap;  // an unexpected message's (or an abort reason's) bytes, or
+    bool in_discard = false;         // nowhere (the group failed, or the receive was too small)
+    // writing
+    std::deque<tcp_frame> out;
+    bool goodbye_in = false;
+    bool finished = false;  // EOF after goodbye, or broken: no more reads or writes
+
+    // The engine decides what arriving frames mean and what a broken connection does: these
+    // call back its begin_frame(peer), end_frame(peer) and connection_error(peer, why).
+
+    // Sends as much of the queue as the socket takes now, several frames per sendmsg.
+    template <class Engine>
+    void pump_write(Engine& e) {
+        constexpr std::size_t max_frames = 16;
+        while (!out.empty() && !finished) {
+            std::array<iovec, 2 * max_frames> iov{};
+            std::size_t count = 0;
+            for (std::size_t i = 0; i < out.size() && i < max_frames; ++i) {
+                tcp_frame& f = out[i];
+                if (f.sent < tcp_wire::header_size) iov[count++] = {f.header.data() + f.sent, tcp_wire::header_size - f.sent};
+                std::size_t const from = f.sent > tcp_wire::header_size ? f.sent - tcp_wire::header_size : 0;
+                if (from < f.size) iov[count++] = {const_cast<std::byte*>(f.payload_at(from)), f.size - from};
+            }
+            msghdr msg{};
+            msg.msg_iov = iov.data();
+            msg.msg_iovlen = count;
+            ssize_t const n = ::sendmsg(sock.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                if (errno != EAGAIN && errno != EWOULDBLOCK) e.connection_error(*this, std::strerror(errno));
+                return;
+            }
+            sent(static_cast<std::size_t>(n));
+        }
+    }
+
+    // `n` bytes of the queue's front frames went out: complete the frames they finish.
+    void sent(std::size_t n) {
+        while (!out.empty()) {
+            tcp_frame& f = out.front();
+            std::size_t const take = std::min(n, f.total() - f.sent);
+            f.sent += take;
+            n -= take;
+            if (f.sent < f.total()) break;
+            if (f.op) f.op->done = true;
+            out.pop_front();
+        }
+    }
+
+    // One recv, non-blocking: bytes received, or 0 when there is nothing now or the
+    // connection ended (then handled).
+    template <class Engine>
+    std::size_t receive(Engine& e, std::byte* into, std::size_t len) {
+        for (;;) {
+            ssize_t const n = ::recv(sock.native_handle(), into, len, MSG_DONTWAIT);
+            if (n > 0) return static_cast<std::size_t>(n);
+            if (n == 0) {
+                e.connection_error(*this, "End of file");
+                return 0;
+            }
+            if (errno == EINTR) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) e.connection_error(*this, std::strerror(errno));
+            return 0;
+        }
+    }
+
+    // Reads what the socket has now, and consumes it. The budget bounds the bytes received per
+    // call (so that writes get their turn), never the parsing of bytes already staged: a frame
+    // complete in memory must be finished now, as no further readiness may ever announce it.
+    template <class Engine>
+    void pump_read(Engine& e) {
+        std::size_t budget = 8 << 20;
+        while (!finished) {
+            std::size_t got = 0;
+            if (!in_frame) {
+                if (end - begin >= tcp_wire::header_size) {
+                    e.begin_frame(*this);
+                    continue;
+                }
+                if (budget == 0) return;
+                got = receive_header_bytes(e);
+            } else if (in_got == in_size) {
+                e.end_frame(*this);
+                continue;
+            } else if (consume_staged()) {
+                continue;
+            } else {
+                if (budget == 0) return;
+                got = receive_payload(e);
+            }
+            if (got == 0) return;
+            budget -= std::min(budget, got);
+        }
+    }
+
+    template <class Engine>
+    std::size_t receive_header_bytes(Engine& e) {
+        if (begin > 0) {  // keep a partial header at the front
+            std::memmove(staging.data(), staging.data() + begin, end - begin);
+            end -= begin;
+            begin = 0;
+        }
+        std::size_t const got = receive(e, staging.data() + end, staging.size() - end);
+        end += got;
+        return got;
+    }
+
+    std::byte* payload_target() noexcept {
+        return in_op ? in_op->in : in_discard ? nullptr : in_heap.data();
+    }
+
+    // Moves staged bytes into the arriving payload; false when staging is empty.
+    bool consume_staged() {
+        std::size_t const have = std::min(end - begin, in_size - in_got);
+        if (have == 0) return false;
+        if (std::byte* into = payload_target()) std::memcpy(into + in_got, staging.data() + begin, have);
+        begin += have;
+        in_got += have;
+        return true;
+    }
+
+    // Staging is empty: a large remainder goes straight into place, a small one via staging.
+    template <class Engine>
+    std::size_t receive_payload(Engine& e) {
+        begin = end = 0;
+        std::byte* const into = payload_target();
+        std::size_t const left = in_size - in_got;
+        if (into && left >= staging.size()) {
+            std::size_t const got = receive(e, into + in_got, left);
+            in_got += got;
+            return got;
+        }
+        end = receive(e, staging.data(), staging.size());
+        return end;
+    }
+};
+
+} // namespace chorus::detail

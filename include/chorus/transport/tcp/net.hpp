@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// Addresses and sockets, for the rendezvous: bracketed IPv6 literals, an interface's address
+// (CHORUS_SOCKET_IFNAME), socket options, and a launcher's listening socket (CHORUS_MASTER_FD).
+
+#include <cstring>
+#include <string>
+
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include <ifaddrs.h>     // getifaddrs: CHORUS_SOCKET_IFNAME
+#include <sys/socket.h>  // getsockname/getsockopt: a launcher's master socket
+#include <unistd.h>      // close
+
+#include <chorus/error.hpp>
+
+namespace chorus::detail {
+
+/// "[::1]" -> "::1": URLs and launchers write IPv6 literals in brackets, Asio does not.
+inline std::string strip_brackets(std::string addr) {
+    if (addr.size() >= 2 && addr.front() == '[' && addr.back() == ']') return addr.substr(1, addr.size() - 2);
+    return addr;
+}
+
+/// The address of interface `name` in the given family (IPv6: a global or unique-local one
+/// before a link-local one, which would need a scope to be reachable). Empty if none.
+inline std::string interface_address(std::string const& name, bool v6) {
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) return {};
+    std::string found, link_local;
+    for (ifaddrs* i = list; i && found.empty(); i = i->ifa_next) {
+        if (!i->ifa_addr || name != i->ifa_name) continue;
+        if (!v6 && i->ifa_addr->sa_family == AF_INET) {
+            asio::ip::address_v4::bytes_type b;
+            std::memcpy(b.data(), &reinterpret_cast<sockaddr_in const*>(i->ifa_addr)->sin_addr, 4);
+            found = asio::ip::address_v4(b).to_string();
+        } else if (v6 && i->ifa_addr->sa_family == AF_INET6) {
+            asio::ip::address_v6::bytes_type b;
+            std::memcpy(b.data(), &reinterpret_cast<sockaddr_in6 const*>(i->ifa_addr)->sin6_addr, 16);
+            asio::ip::address_v6 const a(b);
+            if (!a.is_link_local()) found = a.to_string();
+            else if (link_local.empty()) link_local = a.to_string() + "%" + name;
+        }
+    }
+    ::freeifaddrs(list);
+    return found.empty() ? link_local : found;
+}
+
+inline void tune_socket(asio::ip::tcp::socket& s) {
+    asio::error_code ec;
+    s.set_option(asio::ip::tcp::no_delay(true), ec);
+    s.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
+    s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+}
+
+/// Makes `master` the launcher's already listening socket `fd` (tcp_config::master_fd), or
+/// closes `fd` and throws if it is not one.
+inline void adopt_listening_socket(asio::ip::tcp::acceptor& master, int fd) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    int listening = 0;
+    socklen_t optlen = sizeof listening;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+        (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &optlen) != 0 || !listening) {
+        ::close(fd);
+        throw transport_error(errc::connection_failed, 0,
+                              "rank 0: CHORUS_MASTER_FD " + std::to_string(fd) + " is not a listening TCP socket");
+    }
+    asio::error_code ec;
+    master.assign(addr.ss_family == AF_INET6 ? asio::ip::tcp::v6() : asio::ip::tcp::v4(), fd, ec);
+    if (ec) {
+        ::close(fd);
+        throw transport_error(errc::connection_failed, 0, "rank 0: cannot use CHORUS_MASTER_FD: " + ec.message());
+    }
+}
+
+} // namespace chorus::detail

@@ -1,0 +1,451 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// How the ranks of a TCP group find each other and form a full mesh, in five steps:
+//
+// 1. listen: every rank opens its own listening socket (an ephemeral port, or the first free
+//    one of port_min..port_max); rank 0 also listens on master_addr:master_port, or adopts
+//    the listening socket a launcher bound for it (master_fd), so the port cannot be taken in
+//    between.
+// 2. hello: every rank, rank 0 included, connects to the master (retrying with back-off: it
+//    may not be up yet) and sends {token, rank, size, port, address} (wire.hpp), the address
+//    being advertise_addr, the address of interface socket_ifname, or by default the local end
+//    of its master connection (the address the master can reach it on).
+// 3. table: once every rank said hello, the master sends everyone the table of (address,
+//    port).
+// 4. mesh: each rank connects to every lower rank and accepts from every higher one: every
+//    pair gets one connection, and as listening sockets exist before anyone connects, nobody
+//    waits for a connection that is not being accepted (no deadlock).
+// 5. verify: the steps run until the mesh is complete, a step failed, or the deadline passed;
+//    then whatever is still pending is closed, and a failure says which ranks are missing.
+//
+// A connection whose handshake is wrong (token, rank, garbage) is closed and logged on stderr:
+// a port scanner or another job's stray rank must not break this job. Everything is async on
+// one io_context, run by the calling thread until the deadline, so one timeout bounds it all.
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <asio/buffer.hpp>
+#include <asio/connect.hpp>
+#include <asio/error.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/address.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/write.hpp>
+
+#include <chorus/error.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/transport/tcp/config.hpp>
+#include <chorus/transport/tcp/net.hpp>
+#include <chorus/transport/tcp/wire.hpp>
+
+namespace chorus::detail {
+
+/// What the rendezvous leaves: the connection to every other rank, and their io_context.
+struct tcp_mesh {
+    std::unique_ptr<asio::io_context> io;
+    std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;  // by rank; null for this one
+};
+
+class tcp_rendezvous {
+public:
+    /// `cfg` is validated (tcp_impl.hpp); rank 0 writes the port it bound into it.
+    explicit tcp_rendezvous(tcp_config& cfg)
+        : cfg_(cfg), me_(cfg.rank), n_(static_cast<std::size_t>(cfg.size)), io_(std::make_unique<asio::io_context>()),
+          listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_) {}
+
+    tcp_mesh run() {
+        deadline_ = std::chrono::steady_clock::now() + cfg_.timeout;
+        listen();
+        connect_master();
+        while (!complete() && fatal_.empty())
+            if (io_->run_one_until(deadline_) == 0) break;
+        bool const ok = complete() && fatal_.empty();
+        drain(ok);
+        if (!ok) fail();
+        return {std::move(io_), std::move(sockets_)};
+    }
+
+private:
+    using tcp = asio::ip::tcp;
+    using milliseconds = std::chrono::milliseconds;
+
+    struct joiner {  // a rank's hello, at the master
+        explicit joiner(asio::io_context& io) : sock(io) {}
+        tcp::socket sock;
+        std::array<unsigned char, tcp_wire::hello_head_size> head{};
+        tcp_wire::hello_head hello{};
+        std::vector<unsigned char> rest;  // token, address
+        std::string addr;
+    };
+    struct mesh_in {  // a higher rank's mesh handshake
+        explicit mesh_in(asio::io_context& io) : sock(io) {}
+        tcp::socket sock;
+        std::array<unsigned char, tcp_wire::mesh_head_size> head{};
+        std::vector<unsigned char> token;
+        std::uint64_t rank = 0;
+    };
+
+    std::string me() const { return "rank " + std::to_string(me_); }
+
+    // ---- 1. listen ---------------------------------------------------------------------------
+
+    void listen() {
+        resolve_master();
+        if (advertised_.empty() && !cfg_.socket_ifname.empty()) {
+            advertised_ = interface_address(cfg_.socket_ifname, family_ == tcp::v6());
+            if (advertised_.empty())
+                throw transport_error(errc::connection_failed, me_,
+                                      me() + ": interface '" + cfg_.socket_ifname + "' (CHORUS_SOCKET_IFNAME) has no " +
+                                          (family_ == tcp::v6() ? "IPv6" : "IPv4") + " address");
+        }
+        bind_listener();
+        accept_mesh();
+        if (me_ != 0) return;
+        open_master();
+        accept_hello();
+    }
+
+    void resolve_master() {
+        advertised_ = cfg_.advertise_addr;
+        where_ = cfg_.master_addr + ":" + std::to_string(cfg_.master_port);
+        asio::error_code ec;
+        master_ip_ = asio::ip::make_address(cfg_.master_addr, ec);
+        if (ec) {
+            tcp::resolver resolver(*io_);
+            auto results = resolver.resolve(cfg_.master_addr, std::to_string(cfg_.master_port), ec);
+            if (ec || results.empty())
+                throw transport_error(errc::connection_failed, 0,
+                                      me() + ": cannot resolve master address " + cfg_.master_addr + ": " + ec.message());
+            master_ip_ = results.begin()->endpoint().address();
+        }
+        family_ = master_ip_.is_v6() ? tcp::v6() : tcp::v4();
+    }
+
+    // This rank's listening socket: any free port, or the first free one of the configured
+    // range (starting at an offset by rank, so that ranks of one host do not all race for the
+    // same port).
+    void bind_listener() {
+        asio::error_code ec;
+        listener_.open(family_, ec);
+        if (ec) throw transport_error(errc::connection_failed, me_, me() + ": cannot open a listening socket: " + ec.message());
+        if (cfg_.port_max == 0) {
+            listener_.bind(tcp::endpoint(family_, 0), ec);
+        } else {
+            unsigned const span = unsigned{cfg_.port_max} - cfg_.port_min + 1;
+            for (unsigned i = 0; i < span; ++i) {
+                auto const port = static_cast<std::uint16_t>(cfg_.port_min + (static_cast<unsigned>(me_) + i) % span);
+                listener_.bind(tcp::endpoint(family_, port), ec);
+                if (!ec) break;
+            }
+        }
+        if (!ec) listener_.listen(asio::socket_base::max_listen_connections, ec);
+        if (ec)
+            throw transport_error(errc::connection_failed, me_,
+                                  me() + ": cannot listen on " +
+                                      (cfg_.port_max == 0 ? std::string("an ephemeral port")
+                                                          : "any port of " + std::to_string(cfg_.port_min) + "-" +
+                                                                std::to_string(cfg_.port_max)) +
+                                      ": " + ec.message());
+        my_port_ = listener_.local_endpoint().port();
+    }
+
+    // Rank 0's master socket: the launcher's (master_fd), or bound here. Reports the port.
+    void open_master() {
+        master_.emplace(*io_);
+        if (cfg_.master_fd >= 0) {
+            adopt_listening_socket(*master_, std::exchange(cfg_.master_fd, -1));
+        } else {
+            tcp::endpoint const ep(master_ip_, cfg_.master_port);
+            asio::error_code ec;
+            master_->open(ep.protocol(), ec);
+            if (!ec) master_->set_option(tcp::acceptor::reuse_address(true), ec);
+            if (!ec) master_->bind(ep, ec);
+            if (!ec) master_->listen(asio::socket_base::max_listen_connections, ec);
+            if (ec) throw transport_error(errc::connection_failed, 0, "rank 0: cannot listen on " + where_ + ": " + ec.message());
+        }
+        cfg_.master_port = master_->local_endpoint().port();  // the system's pick for port 0
+        where_ = cfg_.master_addr + ":" + std::to_string(cfg_.master_port);
+        if (cfg_.on_master_listening) cfg_.on_master_listening(cfg_.master_port);
+    }
+
+    // ---- 2. hello: every rank to the master ----------------------------------------------------
+
+    void connect_master() {
+        to_master_.async_connect(tcp::endpoint(master_ip_, cfg_.master_port), [this](asio::error_code e) {
+            if (finished_) return;
+            if (!e) return send_hello();
+            asio::error_code ignore;
+            to_master_.close(ignore);
+            retry_after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
+        });
+    }
+
+    void send_hello() {
+        asio::error_code le;
+        std::string const addr = advertised_.empty() ? to_master_.local_endpoint(le).address().to_string() : advertised_;
+        hello_ = tcp_wire::encode_hello(me_, cfg_.size, my_port_, cfg_.job_token, addr);
+        asio::async_write(to_master_, asio::buffer(hello_), [this](asio::error_code e, std::size_t) {
+            if (finished_) return;
+            if (e) return void(fatal_ = me() + ": hello to the master failed: " + e.message());
+            read_table();
+        });
+    }
+
+    // ---- 3. table: the master to every rank ----------------------------------------------------
+
+    void read_table() {
+        asio::async_read(to_master_, asio::buffer(table_len_), [this](asio::error_code e, std::size_t) {
+            if (finished_) return;
+            auto const len = tcp_wire::get64(table_len_.data());
+            if (e || len > tcp_wire::max_table)
+                return void(fatal_ = me() + ": no rendezvous table from the master at " + where_ + ": " +
+                                     (e ? e.message() : std::string("bad length")));
+            table_in_.resize(static_cast<std::size_t>(len));
+            asio::async_read(to_master_, asio::buffer(table_in_), [this](asio::error_code e2, std::size_t) {
+                if (finished_) return;
+                if (e2) return void(fatal_ = me() + ": rendezvous table from the master at " + where_ + " cut short: " + e2.message());
+                on_table();
+            });
+        });
+    }
+
+    void on_table() {
+        auto const entries = tcp_wire::decode_table(table_in_, n_);
+        if (!entries) return void(fatal_ = me() + ": bad rendezvous table");
+        for (std::size_t q = 0; q < n_; ++q) {
+            asio::error_code e;
+            auto const ip = asio::ip::make_address((*entries)[q].addr, e);
+            if (e) return void(fatal_ = me() + ": bad address in rendezvous table: " + (*entries)[q].addr);
+            endpoints_[q] = tcp::endpoint(ip, (*entries)[q].port);
+        }
+        have_table_ = true;
+        asio::error_code ignore;
+        to_master_.close(ignore);
+        for (rank_t q = 0; q < me_; ++q) connect_peer(q, milliseconds(5));
+    }
+
+    // Rank 0: accepts hellos until every rank joined, then sends every rank the table.
+    void accept_hello() {
+        auto j = std::make_shared<joiner>(*io_);
+        pending_.push_back(j);
+        master_->async_accept(j->sock, [this, j](asio::error_code e) {
+            if (finished_ || e) return;
+            accept_hello();
+            asio::async_read(j->sock, asio::buffer(j->head), [this, j](asio::error_code e2, std::size_t got) {
+                if (!finished_) on_hello_head(j, e2, got);
+            });
+        });
+    }
+
+    void on_hello_head(std::shared_ptr<joiner> const& j, asio::error_code e, std::size_t got) {
+        auto const& h = j->hello = tcp_wire::decode_hello(j->head.data());
+        if (e) return refuse(j->sock, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+        if (h.magic != tcp_wire::hello_magic) return refuse(j->sock, "not a chorus handshake");
+        if (h.token_len != cfg_.job_token.size()) return refuse(j->sock, "wrong job token");
+        if (h.size != n_)
+            return refuse(j->sock, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
+        if (h.rank >= n_ || h.addr_len > tcp_wire::max_addr || h.port == 0 || h.port > 65535)
+            return refuse(j->sock, "malformed handshake");
+        j->rest.resize(static_cast<std::size_t>(h.token_len + h.addr_len));
+        asio::async_read(j->sock, asio::buffer(j->rest), [this, j](asio::error_code e2, std::size_t) {
+            if (!finished_) on_hello_rest(j, e2);
+        });
+    }
+
+    void on_hello_rest(std::shared_ptr<joiner> const& j, asio::error_code e) {
+        auto const token_end = j->rest.begin() + static_cast<std::ptrdiff_t>(j->hello.token_len);
+        if (e) return refuse(j->sock, "closed during its handshake");
+        if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse(j->sock, "wrong job token");
+        auto& slot = joined_[static_cast<std::size_t>(j->hello.rank)];
+        if (slot) return refuse(j->sock, "rank " + std::to_string(j->hello.rank) + " has already joined");
+        j->addr.assign(token_end, j->rest.end());
+        slot = j;
+        if (++joined_count_ == n_) send_tables();
+    }
+
+    void send_tables() {
+        std::vector<tcp_wire::table_entry> entries;
+        for (auto const& j : joined_) entries.push_back({j->addr, static_cast<std::uint16_t>(j->hello.port)});
+        table_ = tcp_wire::encode_table(entries);
+        for (auto const& j : joined_)
+            asio::async_write(j->sock, asio::buffer(table_), [this](asio::error_code e, std::size_t) {
+                if (finished_) return;
+                if (e) fatal_ = "rank 0: could not send the rendezvous table: " + e.message();
+                ++tables_sent_;
+            });
+    }
+
+    // ---- 4. mesh: connect to lower ranks, accept higher ones ------------------------------------
+
+    void connect_peer(rank_t q, milliseconds wait) {
+        auto sock = std::make_shared<tcp::socket>(*io_);
+        connecting_.push_back(sock);
+        sock->async_connect(endpoints_[static_cast<std::size_t>(q)], [this, sock, q, wait](asio::error_code e) {
+            if (finished_) return;
+            if (e) return retry_after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
+            tune_socket(*sock);
+            auto hs = std::make_shared<std::vector<unsigned char>>(tcp_wire::encode_mesh(me_, cfg_.job_token));
+            asio::async_write(*sock, asio::buffer(*hs), [this, sock, hs, q](asio::error_code e2, std::size_t) {
+                if (finished_) return;
+                if (e2) return void(fatal_ = me() + ": handshake with rank " + std::to_string(q) + " failed: " + e2.message());
+                sockets_[static_cast<std::size_t>(q)] = std::make_unique<tcp::socket>(std::move(*sock));
+                ++connected_;
+            });
+        });
+    }
+
+    void accept_mesh() {
+        auto m = std::make_shared<mesh_in>(*io_);
+        mesh_pending_.push_back(m);
+        listener_.async_accept(m->sock, [this, m](asio::error_code e) {
+            if (finished_ || e) return;
+            accept_mesh();
+            asio::async_read(m->sock, asio::buffer(m->head), [this, m](asio::error_code e2, std::size_t got) {
+                if (!finished_) on_mesh_head(m, e2, got);
+            });
+        });
+    }
+
+    void on_mesh_head(std::shared_ptr<mesh_in> const& m, asio::error_code e, std::size_t got) {
+        auto const h = tcp_wire::decode_mesh(m->head.data());
+        m->rank = h.rank;
+        if (e) return refuse(m->sock, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+        if (h.magic != tcp_wire::mesh_magic) return refuse(m->sock, "not a chorus handshake");
+        if (h.token_len != cfg_.job_token.size()) return refuse(m->sock, "wrong job token");
+        if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_ || sockets_[h.rank])
+            return refuse(m->sock, "unexpected rank " + std::to_string(h.rank));
+        m->token.resize(static_cast<std::size_t>(h.token_len));
+        asio::async_read(m->sock, asio::buffer(m->token), [this, m](asio::error_code e2, std::size_t) {
+            if (finished_) return;
+            if (e2) return refuse(m->sock, "closed during its handshake");
+            if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return refuse(m->sock, "wrong job token");
+            auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
+            if (slot) return refuse(m->sock, "rank " + std::to_string(m->rank) + " is already connected");
+            tune_socket(m->sock);
+            slot = std::make_unique<tcp::socket>(std::move(m->sock));
+            ++accepted_;
+        });
+    }
+
+    // ---- 5. verify ---------------------------------------------------------------------------
+
+    bool complete() const {
+        return have_table_ && connected_ == static_cast<std::size_t>(me_) && accepted_ == n_ - 1 - static_cast<std::size_t>(me_) &&
+               (me_ != 0 || tables_sent_ == n_);
+    }
+
+    // Closes everything still pending (and, on failure, the mesh too), then runs the handlers
+    // that are left: each sees finished_ and starts nothing new.
+    void drain(bool ok) {
+        finished_ = true;
+        asio::error_code ignore;
+        listener_.close(ignore);
+        if (master_) master_->close(ignore);
+        to_master_.close(ignore);
+        for (auto& t : timers_) t.cancel();
+        for (auto& s : connecting_) s->close(ignore);
+        for (auto& m : mesh_pending_) m->sock.close(ignore);
+        for (auto& j : pending_) j->sock.close(ignore);
+        if (!ok)
+            for (auto& s : sockets_)
+                if (s) s->close(ignore);
+        io_->restart();
+        io_->run();
+    }
+
+    // Why the rendezvous failed: a step's error, or which ranks were missing at the deadline.
+    [[noreturn]] void fail() {
+        if (!fatal_.empty()) throw transport_error(errc::connection_failed, -1, fatal_);
+        std::string const after = " after " + std::to_string(cfg_.timeout.count()) + " ms";
+        if (me_ == 0 && joined_count_ < n_) {
+            auto const [first, missing] = missing_ranks([&](std::size_t q) { return !joined_[q]; });
+            throw timeout_error(first, "rank 0: rendezvous on " + where_ + " timed out" + after + "; ranks that never joined: " + missing);
+        }
+        if (!have_table_)
+            throw timeout_error(0, me() + ": rendezvous timed out" + after + " waiting for the table from the master (rank 0) at " + where_);
+        auto const [first, missing] =
+            missing_ranks([&](std::size_t q) { return q != static_cast<std::size_t>(me_) && !sockets_[q]; });
+        throw timeout_error(std::max(first, 0), me() + ": connecting the mesh timed out" + after + "; no connection with ranks: " + missing);
+    }
+
+    template <class Missing>
+    std::pair<rank_t, std::string> missing_ranks(Missing const& is_missing) const {
+        rank_t first = -1;
+        std::string list;
+        for (std::size_t q = 0; q < n_; ++q)
+            if (is_missing(q)) {
+                if (first < 0) first = static_cast<rank_t>(q);
+                list += (list.empty() ? "" : ", ") + std::to_string(q);
+            }
+        return {first, list};
+    }
+
+    // ---- helpers -----------------------------------------------------------------------------
+
+    // A connection that is not a rank of this job (a port scanner, another job's rank, a wrong
+    // token) is closed and logged; the job goes on.
+    void refuse(tcp::socket& sock, std::string const& why) const {
+        asio::error_code e;
+        auto const from = sock.remote_endpoint(e);
+        std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
+        std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me_, who.c_str(), why.c_str());
+        sock.close(e);
+    }
+
+    template <class F>
+    void retry_after(milliseconds wait, F f) {
+        auto& t = timers_.emplace_back(*io_, wait);
+        t.async_wait([this, f = std::move(f)](asio::error_code e) {
+            if (!finished_ && !e) f();
+        });
+    }
+
+    tcp_config& cfg_;
+    rank_t me_;
+    std::size_t n_;
+    std::unique_ptr<asio::io_context> io_;
+    std::chrono::steady_clock::time_point deadline_;
+    std::string where_, advertised_, fatal_;
+    asio::ip::address master_ip_;
+    tcp family_ = tcp::v4();
+    bool finished_ = false;
+    std::list<asio::steady_timer> timers_;
+    // 1. listen
+    tcp::acceptor listener_;
+    std::uint16_t my_port_ = 0;
+    std::optional<tcp::acceptor> master_;
+    // 2.-3. hello and table, this rank's side
+    tcp::socket to_master_;
+    milliseconds backoff_{5};
+    std::vector<unsigned char> hello_, table_in_;
+    std::array<unsigned char, 8> table_len_{};
+    bool have_table_ = false;
+    // 2.-3. the master's side
+    std::vector<std::shared_ptr<joiner>> joined_;
+    std::list<std::shared_ptr<joiner>> pending_;
+    std::size_t joined_count_ = 0, tables_sent_ = 0;
+    std::vector<unsigned char> table_;
+    // 4. mesh
+    std::vector<std::unique_ptr<tcp::socket>> sockets_;
+    std::vector<tcp::endpoint> endpoints_;
+    std::list<std::shared_ptr<tcp::socket>> connecting_;
+    std::list<std::shared_ptr<mesh_in>> mesh_pending_;
+    std::size_t connected_ = 0, accepted_ = 0;
+};
+
+} // namespace chorus::detail

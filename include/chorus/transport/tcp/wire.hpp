@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// The bytes tcp_transport puts on the wire, all integers little-endian u64:
+//
+//   hello (rank -> master):  {hello_magic, rank, size, port, token length, address length}
+//                            token, address      (the address and port this rank listens on)
+//   table (master -> rank):  {length} then for every rank {port, address length} address
+//   mesh (rank -> lower rank): {mesh_magic, rank, token length} token
+//   frame (after the mesh):  {type, tag, size} then `size` payload bytes; types: data, abort
+//                            (payload: the reason), goodbye (size 0: "I am shutting down")
+//
+// The magics make a connection from anything that is not a chorus rank of this version fail
+// its handshake at once (it is refused, the job goes on).
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <chorus/fwd.hpp>
+
+namespace chorus::detail::tcp_wire {
+
+inline constexpr std::uint64_t hello_magic = 0x31305355524f4843ULL;  // "CHORUS01"
+inline constexpr std::uint64_t mesh_magic = 0x31304853454d4843ULL;   // "CHMESH01"
+inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 3;
+inline constexpr std::size_t header_size = 24, hello_head_size = 48, mesh_head_size = 24;
+inline constexpr std::size_t max_token = 4096, max_addr = 256;
+inline constexpr std::uint64_t max_table = std::uint64_t{1} << 24;
+
+inline void put64(unsigned char* p, std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+inline std::uint64_t get64(unsigned char const* p) noexcept {
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
+    return v;
+}
+inline void append64(std::vector<unsigned char>& out, std::uint64_t v) {
+    unsigned char b[8];
+    put64(b, v);
+    out.insert(out.end(), b, b + 8);
+}
+inline void append(std::vector<unsigned char>& out, std::string const& s) { out.insert(out.end(), s.begin(), s.end()); }
+
+struct frame_header {
+    std::uint64_t type = frame_data;
+    tag_t tag = 0;
+    std::uint64_t size = 0;
+};
+inline void encode(unsigned char* out, frame_header const& h) noexcept {
+    put64(out, h.type);
+    put64(out + 8, h.tag);
+    put64(out + 16, h.size);
+}
+inline frame_header decode_frame(unsigned char const* in) noexcept { return {get64(in), get64(in + 8), get64(in + 16)}; }
+
+/// A hello's fixed part; the token and the address follow it.
+struct hello_head {
+    std::uint64_t magic, rank, size, port, token_len, addr_len;
+};
+inline hello_head decode_hello(unsigned char const* h) noexcept {
+    return {get64(h), get64(h + 8), get64(h + 16), get64(h + 24), get64(h + 32), get64(h + 40)};
+}
+inline std::vector<unsigned char> encode_hello(rank_t rank, rank_t size, std::uint16_t port, std::string const& token,
+                                               std::string const& addr) {
+    std::vector<unsigned char> out;
+    for (std::uint64_t v : {hello_magic, static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(size),
+                            std::uint64_t{port}, std::uint64_t{token.size()}, std::uint64_t{addr.size()}})
+        append64(out, v);
+    append(out, token);
+    append(out, addr);
+    return out;
+}
+
+/// A mesh handshake's fixed part; the token follows it.
+struct mesh_head {
+    std::uint64_t magic, rank, token_len;
+};
+inline mesh_head decode_mesh(unsigned char const* h) noexcept { return {get64(h), get64(h + 8), get64(h + 16)}; }
+inline std::vector<unsigned char> encode_mesh(rank_t rank, std::string const& token) {
+    std::vector<unsigned char> out;
+    for (std::uint64_t v : {mesh_magic, static_cast<std::uint64_t>(rank), std::uint64_t{token.size()}}) append64(out, v);
+    append(out, token);
+    return out;
+}
+
+/// Where a rank listens, as the table says.
+struct table_entry {
+    std::string addr;
+    std::uint16_t port = 0;
+};
+/// The table with its length in front, ready to send.
+inline std::vector<unsigned char> encode_table(std::vector<table_entry> const& entries) {
+    std::vector<unsigned char> blob;
+    for (auto const& e : entries) {
+        append64(blob, e.port);
+        append64(blob, e.addr.size());
+        append(blob, e.addr);
+    }
+    std::vector<unsigned char> out;
+    append64(out, blob.size());
+    out.insert(out.end(), blob.begin(), blob.end());
+    return out;
+}
+/// The `n` entries of a table's body (without its length), or nothing if it is malformed.
+inline std::optional<std::vector<table_entry>> decode_table(std::vector<unsigned char> const& in, std::size_t n) {
+    std::vector<table_entry> entries(n);
+    std::size_t off = 0;
+    for (auto& e : entries) {
+        if (off + 16 > in.size()) return std::nullopt;
+        std::uint64_t const port = get64(in.data() + off);
+        auto const len = static_cast<std::size_t>(get64(in.data() + off + 8));
+        off += 16;
+        if (len > in.size() - off || port > 65535) return std::nullopt;
+        e.addr.assign(reinterpret_cast<char const*>(in.data() + off), len);
+        e.port = static_cast<std::uint16_t>(port);
+        off += len;
+    }
+    return entries;
+}
+
+} // namespace chorus::detail::tcp_wire
