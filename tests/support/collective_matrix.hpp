@@ -9,6 +9,12 @@
 // in real processes started by chorusrun.
 
 #include "oracle.hpp"
+
+#include <range/v3/range/conversion.hpp>
+#include <range/v3/view/exclusive_scan.hpp>
+#include <range/v3/view/for_each.hpp>
+#include <range/v3/view/iota.hpp>
+#include <range/v3/view/transform.hpp>
 #include <cstring>
 #include <initializer_list>
 #include <span>
@@ -39,31 +45,23 @@ char const* type_name() {
         return "T";
 }
 
-template <class Algo>
-constexpr char const* algo_name() {
-    if constexpr (std::is_same_v<Algo, chorus::ring>)
-        return "ring";
-    else if constexpr (std::is_same_v<Algo, chorus::tree>)
-        return "tree";
-    else if constexpr (std::is_same_v<Algo, chorus::linear>)
-        return "linear";
-    else if constexpr (std::is_same_v<Algo, chorus::recursive_doubling>)
-        return "recursive_doubling";
-    else if constexpr (std::is_same_v<Algo, chorus::rabenseifner>)
-        return "rabenseifner";
-    else if constexpr (std::is_same_v<Algo, chorus::pairwise>)
-        return "pairwise";
-    else if constexpr (std::is_same_v<Algo, chorus::scatter_allgather>)
-        return "scatter_allgather";
-    else if constexpr (std::is_same_v<Algo, chorus::bruck>)
-        return "bruck";
-    else
-        return "automatic";
+// Every algorithm in a collective's list (chorus/collectives.hpp), then automatic: an algorithm
+// is checked here as soon as it is listed. Only those that apply to elements T reduced with Op
+// (void: no reduction): a ring needs a commutative op.
+template <class List, class T = void, class Op = void, class F>
+void for_each_algo(F&& f) {
+    auto const one = [&]<chorus::detail::collective_kind K, class A>() {
+        if constexpr (chorus::detail::schedule_applies<K, A, T, Op>) f.template operator()<A>();
+    };
+    [&]<chorus::detail::collective_kind K, class... A>(chorus::detail::algorithms<K, A...>) {
+        (one.template operator()<K, A>(), ...);
+    }(List{});
+    f.template operator()<chorus::automatic>();
 }
 
-template <class... Algos, class F>
-void for_each_algo(F&& f) {
-    (f.template operator()<Algos>(), ...);
+template <class Algo>
+constexpr char const* algo_name() {
+    return Algo::name.data();  // the names are literals: null-terminated
 }
 
 // The rank whose data a rooted collective starts from: first, last and middle rank.
@@ -80,7 +78,7 @@ T payload(rank_t r, std::size_t i) {
 template <class Tp>
 void allreduce(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::ring, chorus::rabenseifner, chorus::recursive_doubling, chorus::tree, chorus::automatic>(
+    for_each_algo<chorus::detail::allreduce_algorithms>(
         [&]<class Algo>() {
             for_each_type<int, float, double>([&]<class T>() {
                 for_each_op<T>([&](op_kind k, auto op) {
@@ -100,7 +98,7 @@ void allreduce(Tp& tp, failures& f) {
 template <class Tp>
 void allreduce_noncommutative(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::rabenseifner, chorus::recursive_doubling, chorus::tree, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::detail::allreduce_algorithms, mat2, matmul>([&]<class Algo>() {
         for (std::size_t n : sizes(p)) {
             std::vector<mat2> v(n);
             for (std::size_t i = 0; i < n; ++i) v[i] = matrix(tp.rank(), i);
@@ -236,7 +234,7 @@ void reduce_scatter(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
     auto const up = static_cast<std::size_t>(p);
-    for_each_algo<chorus::ring, chorus::tree, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::detail::reduce_scatter_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for_each_op<T>([&](op_kind k, auto op) {
                 for (std::size_t n : sizes(p)) {
@@ -249,7 +247,7 @@ void reduce_scatter(Tp& tp, failures& f) {
             });
         });
     });
-    for_each_algo<chorus::tree, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::detail::reduce_scatter_algorithms, mat2, matmul>([&]<class Algo>() {
         for (std::size_t n : sizes(p)) {
             std::vector<mat2> send(up * n), recv(n);
             for (std::size_t i = 0; i < up * n; ++i) send[i] = matrix(me, i);
@@ -264,7 +262,7 @@ void reduce_scatter(Tp& tp, failures& f) {
 template <class Tp>
 void broadcast(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::tree, chorus::linear, chorus::scatter_allgather, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::detail::broadcast_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (rank_t root : roots(p))
                 for (std::size_t n : sizes(p)) {
@@ -324,7 +322,7 @@ template <class Tp>
 void allgather(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     auto const up = static_cast<std::size_t>(p);
-    for_each_algo<chorus::ring, chorus::bruck, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::detail::allgather_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (std::size_t n : sizes(p)) {
                 std::vector<T> mine(n), all(up * n, T{-1});
@@ -347,7 +345,7 @@ void alltoall(Tp& tp, failures& f) {
     auto const block_value = [](rank_t i, rank_t j, std::size_t k) {
         return (i * 100 + j) * 10000 + static_cast<long long>(k);
     };
-    for_each_algo<chorus::pairwise, chorus::bruck, chorus::automatic>([&]<class Algo>() {
+    for_each_algo<chorus::detail::alltoall_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (std::size_t n : sizes(p)) {
                 std::vector<T> send(up * n), recv(up * n, T{-1});
@@ -374,16 +372,17 @@ void alltoallv(Tp& tp, failures& f) {
         auto const element = [](rank_t i, rank_t j, std::size_t k) {
             return static_cast<double>(i * 1000000 + j * 10000) + static_cast<double>(k);
         };
-        std::vector<std::size_t> sc(up), rc(up);
-        for (rank_t j = 0; j < p; ++j) {
-            sc[static_cast<std::size_t>(j)] = count(me, j);
-            rc[static_cast<std::size_t>(j)] = count(j, me);
-        }
-        std::vector<double> send, want;
-        for (rank_t j = 0; j < p; ++j)
-            for (std::size_t k = 0; k < count(me, j); ++k) send.push_back(element(me, j, k));
-        for (rank_t i = 0; i < p; ++i)
-            for (std::size_t k = 0; k < count(i, me); ++k) want.push_back(element(i, me, k));
+        namespace views = ranges::views;
+        auto const ranks = views::iota(rank_t{0}, p);
+        // This rank's block for rank j, and rank i's block for this rank, in rank order.
+        auto const block = [&](rank_t from, rank_t to) {
+            return views::iota(std::size_t{0}, count(from, to)) |
+                   views::transform([=](std::size_t k) { return element(from, to, k); });
+        };
+        auto const sc = ranks | views::transform([&](rank_t j) { return count(me, j); }) | ranges::to<std::vector>();
+        auto const rc = ranks | views::transform([&](rank_t i) { return count(i, me); }) | ranges::to<std::vector>();
+        auto const send = ranks | views::for_each([&](rank_t j) { return block(me, j); }) | ranges::to<std::vector>();
+        auto const want = ranks | views::for_each([&](rank_t i) { return block(i, me); }) | ranges::to<std::vector>();
         std::vector<double> recv(want.size(), -1.0);
         chorus::alltoallv(tp, send, sc, recv, rc);
         compare(f, label("alltoallv", "pairwise", p, n, "packed"), recv, [&](std::size_t x) { return want[x]; });
@@ -397,12 +396,9 @@ void alltoallv(Tp& tp, failures& f) {
             rci[static_cast<std::size_t>(i)] = static_cast<int>(count(i, me));
             offset += rci[static_cast<std::size_t>(i)] + 1;
         }
-        std::vector<long> sd(up);
-        long packed = 0;
-        for (std::size_t j = 0; j < up; ++j) {
-            sd[j] = packed;
-            packed += static_cast<long>(sc[j]);
-        }
+        // Packed send displacements, as long: the exclusive prefix sums of the counts.
+        auto const sd = sc | views::transform([](std::size_t c) { return static_cast<long>(c); }) |
+                        views::exclusive_scan(0L) | ranges::to<std::vector>();
         std::vector<double> spaced(static_cast<std::size_t>(offset), -7.0);
         chorus::alltoallv(tp, send, sc, sd, spaced, rci, rd);
         std::vector<double> spaced_want(spaced.size(), -7.0);

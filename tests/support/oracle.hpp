@@ -2,7 +2,8 @@
 #pragma once
 
 // Closed-form inputs and expected results for the collective tests, computed without the
-// library: plain loops over ranks in rank order, in wide arithmetic, then cast to T.
+// library: folds over the ranks in rank order (range-v3 views), in wide arithmetic, then cast
+// to T.
 
 #include <chorus/chorus.hpp>
 
@@ -13,6 +14,10 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <range/v3/numeric/accumulate.hpp>
+#include <range/v3/view/iota.hpp>
+#include <range/v3/view/transform.hpp>
 
 namespace oracle {
 
@@ -57,42 +62,36 @@ T value(op_kind k, rank_t r, std::size_t i) {
     return T{};
 }
 
-/// The reduction over ranks 0..p-1 of value(k, r, i).
+// One step of op k in wide arithmetic (double for floating-point T, long long otherwise).
+template <class Wide>
+Wide combine(op_kind k, Wide acc, Wide x) {
+    switch (k) {
+    case op_kind::sum:
+    case op_kind::avg: return acc + x;
+    case op_kind::prod: return acc * x;
+    case op_kind::minimum: return x < acc ? x : acc;
+    case op_kind::maximum: return x > acc ? x : acc;
+    default: break;
+    }
+    if constexpr (std::is_integral_v<Wide>) {
+        if (k == op_kind::bit_and) return acc & x;
+        if (k == op_kind::bit_or) return acc | x;
+        if (k == op_kind::bit_xor) return acc ^ x;
+    }
+    return acc;
+}
+
+/// The reduction over ranks 0..p-1 of value(k, r, i): rank 0's contribution, then the others
+/// folded in in rank order, in wide arithmetic, then cast to T (AVG divides at the end).
 template <class T>
 T expected(op_kind k, rank_t p, std::size_t i) {
-    if constexpr (std::is_floating_point_v<T>) {
-        double acc = static_cast<double>(value<T>(k, 0, i));
-        for (rank_t r = 1; r < p; ++r) {
-            double const x = static_cast<double>(value<T>(k, r, i));
-            switch (k) {
-            case op_kind::sum:
-            case op_kind::avg: acc += x; break;
-            case op_kind::prod: acc *= x; break;
-            case op_kind::minimum: acc = x < acc ? x : acc; break;
-            case op_kind::maximum: acc = x > acc ? x : acc; break;
-            default: break;
-            }
-        }
-        if (k == op_kind::avg) return static_cast<T>(static_cast<T>(acc) / static_cast<T>(p));
-        return static_cast<T>(acc);
-    } else {
-        long long acc = static_cast<long long>(value<T>(k, 0, i));
-        for (rank_t r = 1; r < p; ++r) {
-            long long const x = static_cast<long long>(value<T>(k, r, i));
-            switch (k) {
-            case op_kind::sum:
-            case op_kind::avg: acc += x; break;
-            case op_kind::prod: acc *= x; break;
-            case op_kind::minimum: acc = x < acc ? x : acc; break;
-            case op_kind::maximum: acc = x > acc ? x : acc; break;
-            case op_kind::bit_and: acc &= x; break;
-            case op_kind::bit_or: acc |= x; break;
-            case op_kind::bit_xor: acc ^= x; break;
-            }
-        }
-        if (k == op_kind::avg) return static_cast<T>(acc / p);
-        return static_cast<T>(acc);
-    }
+    using wide = std::conditional_t<std::is_floating_point_v<T>, double, long long>;
+    auto const contribution = [&](rank_t r) { return static_cast<wide>(value<T>(k, r, i)); };
+    wide const acc = ranges::accumulate(ranges::views::iota(rank_t{1}, p) | ranges::views::transform(contribution),
+                                        contribution(0), [k](wide a, wide x) { return combine(k, a, x); });
+    if (k != op_kind::avg) return static_cast<T>(acc);
+    if constexpr (std::is_floating_point_v<T>) return static_cast<T>(static_cast<T>(acc) / static_cast<T>(p));
+    else return static_cast<T>(acc / p);
 }
 
 /// Calls f(kind, op) for every built-in operation that applies to T.

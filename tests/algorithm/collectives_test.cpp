@@ -5,7 +5,8 @@
 // one run_ranks per (collective, rank count): the ranks then run the whole case list in the
 // same order, which also exercises the collective tag sequence.
 
-#include "support/collective_matrix.hpp"
+#include "../support/archetypes.hpp"
+#include "../support/collective_matrix.hpp"
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -322,6 +323,27 @@ void in_flight_schedules(rendezvous_transport& tp, failures& f) {
 }
 
 }  // namespace
+
+// Every algorithm instantiates over the archetypes: they use nothing the concepts lack.
+template <class... Fns>
+constexpr bool instantiated(Fns...) { return true; }
+using arch = archetypes::transport;
+using aop = archetypes::reduce_op;
+using csum = chorus::sum;
+static_assert(instantiated(&chorus::dissemination_barrier<arch>, &chorus::linear_broadcast<arch, float>,
+                           static_cast<void (*)(arch&, std::span<float>, rank_t)>(&chorus::tree_broadcast<arch, float>),
+                           &chorus::tree_broadcast<arch, archetypes::tree_topology, float>,
+                           &chorus::linear_scatter<arch, float>, &chorus::linear_gather<arch, float>,
+                           &chorus::ring_allgather<arch, float>,
+                           static_cast<void (*)(arch&, std::span<float const>, std::span<float>, aop, rank_t)>(
+                               &chorus::tree_reduce<arch, float, aop>),
+                           &chorus::tree_allreduce<arch, float, aop>, &chorus::recursive_doubling_allreduce<arch, float, aop>,
+                           &chorus::rabenseifner_allreduce<arch, float, aop>, &chorus::ring_allreduce<arch, float, csum>,
+                           &chorus::ring_reduce_scatter<arch, float, csum>, &chorus::tree_reduce_scatter<arch, float, aop>,
+                           &chorus::pairwise_alltoall<arch, float>,
+                           static_cast<void (*)(arch&, std::span<float const>, std::vector<int> const&, std::span<float>,
+                                                std::vector<int> const&)>(
+                               &chorus::pairwise_alltoallv<arch, float, std::vector<int>, std::vector<int>>)));
 
 TEST_CASE("allreduce: every algorithm, op, type and size against the oracle") {
     on_all_rank_counts([](auto& tp, failures& f) { checks::allreduce(tp, f); });

@@ -31,9 +31,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "support/collective_matrix.hpp"
-#include "support/conformance.hpp"
-#include "support/host_model_device.hpp"
+#include "../support/collective_matrix.hpp"
+#include "../support/conformance.hpp"
+#include "../support/host_model_device.hpp"
 
 using chorus::rank_t;
 using namespace std::chrono_literals;
