@@ -125,7 +125,7 @@ static_assert(chorus::host_transport<staged_model>);
 char const* const launcher_variables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE", "CHORUS_MAX_MESSAGE_BYTES",
     "CHORUS_MASTER_FD"};
 
 void unset_launcher_env() {
@@ -436,6 +436,57 @@ TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming i
     CHECK((seen[1].what.find("rank 0") != std::string::npos || seen[1].what.find("master") != std::string::npos));
 }
 
+TEST_CASE("tcp: a message over CHORUS_MAX_MESSAGE_BYTES before its receive fails the group naming its sender") {
+    // Rank 0 accepts at most 1000 unexpected bytes: 1000 arrive unasked and are delivered, 4000
+    // arrive unasked and fail the group on both ranks before anything is allocated for them;
+    // 4000 into a posted receive are not limited.
+    for (bool const posted_first : {true, false}) {
+        CAPTURE(posted_first);
+        conformance::outcomes seen(2);
+        tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+            seen.record(tp.rank(), [&] {
+                std::vector<std::uint32_t> small(250, 7), large(1000, 9);
+                if (tp.rank() == 1) {
+                    chorus::send(tp, 0, small, 1);
+                    chorus::send(tp, 0, large, 2);
+                    chorus::barrier(tp);
+                    return;
+                }
+                std::vector<std::uint32_t> in(1000);
+                auto r = posted_first ? std::optional(chorus::irecv(tp, 1, in, 2)) : std::nullopt;
+                std::this_thread::sleep_for(100ms);  // both messages reach rank 0 meanwhile
+                std::vector<std::uint32_t> got(250);
+                chorus::recv(tp, 1, got, 1);
+                CHECK(got == small);
+                if (!r) r.emplace(chorus::irecv(tp, 1, in, 2));
+                r->wait();
+                CHECK(in == large);
+                chorus::barrier(tp);
+            });
+        }, 5s, "127.0.0.1", {}, -1, [](chorus::tcp_config& c) { c.max_message_bytes = 1000; });
+        for (rank_t r : {0, 1}) {
+            CAPTURE(r);
+            CHECK(seen[r].threw != posted_first);
+            if (!posted_first)
+                CHECK_MESSAGE(seen[r].what.find("rank 1 sent a message of 4000 bytes (tag 2) before its receive was posted, "
+                                                "more than CHORUS_MAX_MESSAGE_BYTES = 1000") != std::string::npos,
+                              seen[r].what);
+        }
+    }
+}
+
+TEST_CASE("tcp: a peer's abort reason arrives with its control characters escaped") {
+    conformance::outcomes seen(2);
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        if (tp.rank() == 1) return tp.abort("forged\n[rank0] all good\x1b[2K\r");
+        std::vector<int> v(1);
+        seen.record(0, [&] { chorus::recv(tp, 1, v, 3); });
+    }, 5s);
+    CHECK(seen[0].threw);
+    CHECK(seen[0].what.find("forged\\n[rank0] all good\\x1b[2K\\r") != std::string::npos);
+    CHECK(seen[0].what.find_first_of("\n\r\x1b") == std::string::npos);
+}
+
 TEST_CASE("tcp: a peer that leaves with goodbye is not a failure, a waiting receive times out") {
     std::mutex mutex;
     std::vector<conformance::outcome> seen(2);
@@ -524,6 +575,13 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     CHECK(c.job_token == "secret");
     CHECK(c.master_fd == -1);
     CHECK(c.spin == 50us);  // the default
+    CHECK(c.max_message_bytes == 0);  // the default: half the host's memory
+    ::setenv("CHORUS_MAX_MESSAGE_BYTES", "4096", 1);
+    CHECK(chorus::tcp_transport::config_from_env().max_message_bytes == 4096);
+    ::setenv("CHORUS_MAX_MESSAGE_BYTES", "0", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_MAX_MESSAGE_BYTES must be positive"),
+                         chorus::invalid_argument);
+    ::unsetenv("CHORUS_MAX_MESSAGE_BYTES");
     ::setenv("CHORUS_SPIN_US", "0", 1);
     CHECK(chorus::tcp_transport::config_from_env().spin == 0us);
     ::setenv("CHORUS_SPIN_US", "-5", 1);

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <chorus/fwd.hpp>
 
@@ -70,6 +71,28 @@ constexpr bool tags_conflict(tag_t posted, tag_t arrived) noexcept {
 inline std::string describe_tag(tag_t t) {
     if (!is_collective_tag(t)) return "tag " + std::to_string(t);
     return std::string(kind_name(tag_kind(t))) + " #" + std::to_string(tag_sequence(t));
+}
+
+/// `text` with control characters escaped (\n, \x1b, ...): a reason that came from another
+/// process is printed on this one's terminal and must not forge lines or escape sequences.
+inline std::string printable(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (char c : text) {
+        auto const u = static_cast<unsigned char>(c);
+        if (c == '\n') out += "\\n";
+        else if (c == '\r') out += "\\r";
+        else if (c == '\t') out += "\\t";
+        else if (u < 0x20 || u == 0x7f) {
+            char const hex[] = "0123456789abcdef";
+            out += "\\x";
+            out += hex[u >> 4];
+            out += hex[u & 15];
+        } else {
+            out += c;
+        }
+    }
+    return out;
 }
 
 /// The error text of a peer rank outside the group; shared by the transports, as the texts below.

@@ -6,6 +6,7 @@
 // and tcp_config_from_env(), the same read from the variables a launcher sets.
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -45,6 +46,11 @@ struct tcp_config {
     /// and on a busy one the sched_yield hands the core to whichever rank has work. 50 us covers
     /// a small message's round trip on loopback; 0 never spins.
     std::chrono::microseconds spin{50};
+    /// The largest message this rank accepts before its receive is posted (it must then be held
+    /// whole in memory; CHORUS_MAX_MESSAGE_BYTES); a larger one fails the group, naming its
+    /// sender, before anything is allocated. 0: half of the host's physical memory. Messages
+    /// whose receive is posted go straight into its buffer and are not limited.
+    std::size_t max_message_bytes = 0;
     /// Must be equal on all ranks of a job; connections with another token are ignored.
     std::string job_token;
     /// Called by rank 0 once its master socket is listening, with the bound port. With
@@ -55,7 +61,7 @@ struct tcp_config {
 /// The configuration a launcher describes in the environment (detail::read_launch_env: RANK,
 /// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or their Slurm and Open MPI counterparts;
 /// "[::1]" is accepted as MASTER_ADDR), and chorus's own CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS,
-/// CHORUS_SPIN_US, CHORUS_SOCKET_IFNAME, CHORUS_PORT_RANGE ("lo-hi") and, for rank 0,
+/// CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_SOCKET_IFNAME, CHORUS_PORT_RANGE ("lo-hi") and, for rank 0,
 /// CHORUS_MASTER_FD (set by chorusrun). Errors name `caller` and the variable.
 inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_env") {
     detail::env_reader const env(caller);
@@ -69,6 +75,7 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
     c.job_token = env.get({"CHORUS_JOB_TOKEN"});
     c.timeout = std::chrono::milliseconds(env.number_at_least("CHORUS_TIMEOUT_MS", 1, c.timeout.count()));
     c.spin = std::chrono::microseconds(env.number_at_least("CHORUS_SPIN_US", 0, c.spin.count()));
+    c.max_message_bytes = static_cast<std::size_t>(env.number_at_least("CHORUS_MAX_MESSAGE_BYTES", 1, 0));
     c.socket_ifname = env.get({"CHORUS_SOCKET_IFNAME"});
     if (std::string r = env.get({"CHORUS_PORT_RANGE"}); !r.empty()) {
         std::size_t const dash = r.find_first_of("-:");

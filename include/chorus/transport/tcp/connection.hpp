@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -53,9 +54,24 @@ struct tcp_frame {
     }
 };
 
+/// Bytes on the heap that are not zero-filled: an unexpected message's pages are touched only
+/// as its bytes arrive (a vector would write every byte of a large one before the first came).
+struct heap_bytes {
+    std::unique_ptr<std::byte[]> data;
+    std::size_t size = 0;
+
+    static heap_bytes make(std::size_t n) { return {n ? std::make_unique_for_overwrite<std::byte[]>(n) : nullptr, n}; }
+    static heap_bytes copy_of(std::span<std::byte const> s) {
+        heap_bytes h = make(s.size());
+        if (!s.empty()) std::memcpy(h.data.get(), s.data(), s.size());
+        return h;
+    }
+    std::span<std::byte const> span() const noexcept { return {data.get(), size}; }
+};
+
 struct tcp_message {
     tag_t tag;
-    std::vector<std::byte> bytes;
+    heap_bytes bytes;
 };
 
 /// One connection and the state of its two directions: what is written (frames queued, the
@@ -72,7 +88,7 @@ struct tcp_peer {
     tag_t in_tag = 0;
     std::size_t in_size = 0, in_got = 0;
     std::shared_ptr<tcp_op> in_op;   // the posted receive the payload goes to, or
-    std::vector<std::byte> in_heap;  // an unexpected message's (or an abort reason's) bytes, or
+    heap_bytes in_heap;              // an unexpected message's (or an abort reason's) bytes, or
     bool in_discard = false;         // nowhere (the group failed, or the receive was too small)
     // writing
     std::deque<tcp_frame> out;
@@ -180,7 +196,7 @@ struct tcp_peer {
     }
 
     std::byte* payload_target() noexcept {
-        return in_op ? in_op->in : in_discard ? nullptr : in_heap.data();
+        return in_op ? in_op->in : in_discard ? nullptr : in_heap.data.get();
     }
 
     // Moves staged bytes into the arriving payload; false when staging is empty.

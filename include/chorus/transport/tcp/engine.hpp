@@ -11,16 +11,12 @@
 // connections (ppoll, then sendmsg/recv) until its request completed. A handoff to an io
 // thread costs two context switches per message, several times the loopback round trip of a
 // small message; driving the sockets where the data is wanted costs none, and is what MPI
-// implementations do. A send is one gathered sendmsg of its header and the user's buffer (no
-// copy), coalescing queued frames; it completes when its last byte is in the socket. Reads go
-// through a 64 KiB staging buffer per connection, so a small message and the headers after it
-// take one recv; a payload for which a receive is posted (same sender and tag, its size) is
-// copied from staging, and recv'd straight into the user's buffer once what remains is larger
-// than staging. An unexpected message goes to a heap buffer and is queued for its receive;
-// when that receive is posted while the message is still arriving, the rest goes straight to
-// the user's buffer. Because every wait drains every socket, a send completes whatever order
-// the ranks post in: the progress rule holds for messages larger than the socket buffers (but,
-// as in MPI, only while the receiving rank is inside some call of its transport).
+// implementations do. How one connection writes and reads: connection.hpp. An unexpected
+// message is queued for its receive; when that receive is posted while the message is still
+// arriving, the rest goes straight to the user's buffer. Because every wait drains every
+// socket, a send completes whatever order the ranks post in: the progress rule holds for
+// messages larger than the socket buffers (but, as in MPI, only while the receiving rank is
+// inside some call of its transport).
 //
 // Waiting. A waiter spins on ppoll(0) + sched_yield for up to tcp_config::spin, then blocks in
 // ppoll until its deadline: a blocked waiter on an idle host wakes up tens of microseconds
@@ -48,6 +44,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,6 +53,7 @@
 
 #include <poll.h>        // ppoll: waiting on every connection at once
 #include <sched.h>       // sched_yield: spinning politely
+#include <unistd.h>      // sysconf: the default CHORUS_MAX_MESSAGE_BYTES
 
 #include <chorus/detail/matching.hpp>
 #include <chorus/error.hpp>
@@ -67,6 +65,16 @@
 
 namespace chorus::detail {
 
+/// tcp_config::max_message_bytes, or by default half of this host's memory: an unexpected
+/// message must be held in memory whole, and one larger than that could only end in swapping or
+/// the OOM killer (a peer announcing 8 GiB must not get 8 GiB allocated).
+inline std::size_t max_message_bytes(tcp_config const& cfg) noexcept {
+    if (cfg.max_message_bytes) return cfg.max_message_bytes;
+    long const pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return std::size_t{1} << 36;
+    return static_cast<std::size_t>(pages) / 2 * static_cast<std::size_t>(page);
+}
+
 class tcp_socket_engine final : public tcp_engine {
     friend struct tcp_peer;  // calls begin_frame, end_frame and connection_error
 
@@ -75,7 +83,7 @@ public:
     /// io_context `io` the engine keeps alive as long as them.
     tcp_socket_engine(tcp_config const& cfg, std::unique_ptr<asio::io_context> io,
                       std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets)
-        : me_(cfg.rank), timeout_(cfg.timeout), spin_(cfg.spin), io_(std::move(io)),
+        : me_(cfg.rank), timeout_(cfg.timeout), spin_(cfg.spin), max_message_(max_message_bytes(cfg)), io_(std::move(io)),
           peers_(sockets.size()), queues_(sockets.size()) {
         for (std::size_t q = 0; q < sockets.size(); ++q) {
             if (!sockets[q]) continue;
@@ -93,7 +101,7 @@ public:
         check_peer(me_, peer, size());
         failure_.throw_if_failed(me_);
         if (peer == me_) {  // to self: no socket, eager copy
-            arrived(peer, tag, std::vector<std::byte>(bytes.begin(), bytes.end()));
+            arrived(peer, tag, heap_bytes::copy_of(bytes));
             return nullptr;
         }
         auto op = make_op<tcp_op>(true, peer, tag, bytes.size());
@@ -122,7 +130,7 @@ public:
         auto const it = queue.find_message(*op, me_);
         if (op->done) return op;  // a message of another collective failed it
         if (it != queue.messages().end()) {
-            deliver(*op, it->bytes);
+            deliver(*op, it->bytes.span());
             queue.messages().erase(it);
         } else if (peer == me_ || !take_over(peer_at(peer), op)) {
             queue.post(op);
@@ -141,6 +149,7 @@ public:
 
     bool test(std::shared_ptr<tcp_op> const& op) override {
         if (!op->done && !failure_.failed()) poll_once(0);
+        fail_if_oversize();
         if (!op->done && !failure_.failed()) return false;
         wait(op);  // done or failed: returns or throws at once
         return true;
@@ -173,8 +182,8 @@ private:
     }
 
     // A whole message from src: into the oldest receive posted for it, else queued.
-    void arrived(rank_t src, tag_t tag, std::vector<std::byte> bytes) {
-        if (auto r = queue_of(src).take_receive(me_, src, tag)) return deliver(*r, bytes);
+    void arrived(rank_t src, tag_t tag, heap_bytes bytes) {
+        if (auto r = queue_of(src).take_receive(me_, src, tag)) return deliver(*r, bytes.span());
         queue_of(src).messages().push_back({tag, std::move(bytes)});
     }
 
@@ -184,7 +193,7 @@ private:
         if (!p.in_frame || p.in_op || p.in_discard || p.in_type != tcp_wire::frame_data || p.in_tag != op->tag ||
             p.in_size != op->size || queue_of(p.rank).has_receive_for(op->tag))
             return false;
-        if (p.in_got) std::memcpy(op->in, p.in_heap.data(), p.in_got);
+        if (p.in_got) std::memcpy(op->in, p.in_heap.data.get(), p.in_got);
         p.in_heap = {};
         p.in_op = op;
         return true;
@@ -204,6 +213,11 @@ private:
             if (who == me_ && !p->finished) queue_control(*p, tcp_wire::frame_abort, reason);
         }
         if (who == me_ && !flushing_) flush(clock::now() + std::min(timeout_, std::chrono::milliseconds(2000)));
+    }
+
+    // A peer sent more than max_message_ before its receive was posted (see begin_frame).
+    void fail_if_oversize() noexcept {
+        if (!oversize_.empty()) fail_group(me_, std::exchange(oversize_, {}));
     }
 
     // Sends not started are dropped (control frames stay: a goodbye must still go out); a
@@ -307,6 +321,7 @@ private:
     bool progress(clock::time_point deadline, Done const& done) {
         auto const spin_until = clock::now() + spin_;
         for (;;) {
+            fail_if_oversize();
             if (done()) return true;
             if (failure_.failed() && !flushing_) return true;
             auto const now = clock::now();
@@ -369,8 +384,19 @@ private:
                 return;
             }
         }
+        if (h.type == tcp_wire::frame_data && p.in_size > max_message_) {  // before allocating anything
+            // Read into nothing; the group fails once this read is over (fail_group drives the
+            // sockets itself, which it must not do from inside a read).
+            p.in_discard = true;
+            if (oversize_.empty())
+                oversize_ = "rank " + std::to_string(me_) + ": rank " + std::to_string(p.rank) + " sent a message of " +
+                            std::to_string(h.size) + " bytes (" + describe_tag(h.tag) +
+                            ") before its receive was posted, more than CHORUS_MAX_MESSAGE_BYTES = " +
+                            std::to_string(max_message_);
+            return;
+        }
         try {
-            p.in_heap.resize(p.in_size);
+            p.in_heap = heap_bytes::make(p.in_size);
         } catch (...) {
             p.in_frame = false;
             connection_error(p, "out of memory for a message of " + std::to_string(h.size) + " bytes");
@@ -384,8 +410,8 @@ private:
         } else if (p.in_discard) {
             p.in_discard = false;
         } else if (p.in_type == tcp_wire::frame_abort) {
-            std::vector<std::byte> const bytes = std::exchange(p.in_heap, {});
-            fail_group(p.rank, std::string(reinterpret_cast<char const*>(bytes.data()), bytes.size()));
+            heap_bytes const bytes = std::exchange(p.in_heap, {});
+            fail_group(p.rank, printable(std::string_view(reinterpret_cast<char const*>(bytes.data.get()), bytes.size)));
         } else {
             arrived(p.rank, p.in_tag, std::exchange(p.in_heap, {}));
         }
@@ -394,6 +420,7 @@ private:
     rank_t me_;
     std::chrono::milliseconds timeout_;
     std::chrono::microseconds spin_;
+    std::size_t max_message_;  // the largest message accepted before its receive is posted
     // io_ first: sockets (in peers_) must be destroyed before their io_context.
     std::unique_ptr<asio::io_context> io_;
     std::vector<std::unique_ptr<tcp_peer>> peers_;  // null for self
@@ -401,6 +428,7 @@ private:
     std::vector<pollfd> fds_;      // poll_once's scratch, kept to avoid an allocation per wait
     std::vector<tcp_peer*> ready_;
     group_failure failure_;
+    std::string oversize_;   // why the group is to fail, found inside a read (begin_frame)
     bool flushing_ = false;  // flush() or shutdown() drive the sockets of a failed group
     bool shut_ = false;
 };
