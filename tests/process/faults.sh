@@ -3,7 +3,7 @@
 # stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK
-#   CASE: kill | absent | stray | mismatch | exit | signal
+#   CASE: kill | absent | stray | flood | mismatch | exit | signal
 # Each case prints how long the failure took to be reported (for the issue's note; timings
 # are printed, never asserted) and exits non-zero on the first unmet expectation.
 set -uo pipefail
@@ -25,6 +25,16 @@ fail() {
     exit 1
 }
 expect() { grep -q -- "$2" "$1" || fail "expected '$2' in $(basename "$1")"; }
+# The rendezvous port chorusrun -v announces on stderr.
+master_port() {
+    local port= _
+    for _ in $(seq 100); do
+        port=$(sed -n 's/^chorusrun: .*rendezvous at 127.0.0.1:\([0-9]*\)$/\1/p' "$err")
+        [ -n "$port" ] && break
+        sleep 0.05
+    done
+    echo "$port"
+}
 
 case $case_name in
 kill)
@@ -61,12 +71,7 @@ stray)
     # must ignore them all and pass.
     "$run" -n 3 -v --timeout-ms 20000 "$check" late 2 2500 >"$out" 2>"$err" &
     pid=$!
-    port=
-    for _ in $(seq 100); do
-        port=$(sed -n 's/^chorusrun: .*rendezvous at 127.0.0.1:\([0-9]*\)$/\1/p' "$err")
-        [ -n "$port" ] && break
-        sleep 0.05
-    done
+    port=$(master_port)
     [ -n "$port" ] || fail "chorusrun did not say where the rendezvous is"
     printf 'GET / HTTP/1.0\r\n\r\n' >"/dev/tcp/127.0.0.1/$port" || fail "could not connect to the master"
     le64() { local v=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((v >> (8 * i)) & 255)))"; done; }
@@ -83,6 +88,28 @@ stray)
     expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: not a chorus handshake (18 bytes, then closed)"
     expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: wrong job token"
     echo "the job ignored 3 stray connections to 127.0.0.1:$port and passed"
+    ;;
+flood)
+    # While rank 2 is late, 200 silent connections hit the master of a job whose processes may
+    # hold 128 files each. The master must keep accepting (closing the oldest connections that
+    # said nothing), so rank 2 still joins and the job passes.
+    (ulimit -n 128 && exec "$run" -n 3 -v --timeout-ms 20000 "$check" late 2 3000) >"$out" 2>"$err" &
+    pid=$!
+    port=$(master_port)
+    [ -n "$port" ] || fail "chorusrun did not say where the rendezvous is"
+    fds=()
+    for i in $(seq 200); do
+        exec {fd}<>"/dev/tcp/127.0.0.1/$port" || fail "connection $i to the master failed"
+        fds+=("$fd")
+    done
+    wait "$pid"
+    rc=$?
+    pid=
+    for fd in "${fds[@]}"; do exec {fd}<&-; done
+    [ "$rc" -eq 0 ] || fail "the job failed (rc $rc)"
+    for r in 0 1 2; do expect "$out" "^\[rank$r\] rank $r: stress passed (3 ranks)"; done
+    expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: too many connections without a handshake"
+    echo "the job passed through 200 silent connections to 127.0.0.1:$port with 128 files per process"
     ;;
 mismatch)
     # Rank 1 passes 1001 elements, the others 1000: an error on every rank, not a hang.

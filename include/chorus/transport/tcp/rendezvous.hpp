@@ -47,6 +47,8 @@
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#include <sys/resource.h>  // getrlimit: how many connections may wait for a handshake
+
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/transport/tcp/config.hpp>
@@ -84,17 +86,21 @@ private:
     using tcp = asio::ip::tcp;
     using milliseconds = std::chrono::milliseconds;
 
-    struct joiner {  // a rank's hello, at the master
-        explicit joiner(asio::io_context& io) : sock(io) {}
+    // An accepted connection until it proved to be a rank of this job (settled, either way).
+    struct incoming {
+        explicit incoming(asio::io_context& io) : sock(io) {}
         tcp::socket sock;
+        bool settled = false;
+    };
+    struct joiner : incoming {  // a rank's hello, at the master
+        using incoming::incoming;
         std::array<unsigned char, tcp_wire::hello_head_size> head{};
         tcp_wire::hello_head hello{};
         std::vector<unsigned char> rest;  // token, address
         std::string addr;
     };
-    struct mesh_in {  // a higher rank's mesh handshake
-        explicit mesh_in(asio::io_context& io) : sock(io) {}
-        tcp::socket sock;
+    struct mesh_in : incoming {  // a higher rank's mesh handshake
+        using incoming::incoming;
         std::array<unsigned char, tcp_wire::mesh_head_size> head{};
         std::vector<unsigned char> token;
         std::uint64_t rank = 0;
@@ -242,9 +248,10 @@ private:
     // Rank 0: accepts hellos until every rank joined, then sends every rank the table.
     void accept_hello() {
         auto j = std::make_shared<joiner>(*io_);
-        pending_.push_back(j);
         master_->async_accept(j->sock, [this, j](asio::error_code e) {
-            if (finished_ || e) return;
+            if (finished_) return;
+            if (e) return accept_failed(e, [this] { accept_hello(); });
+            admit(j);
             accept_hello();
             asio::async_read(j->sock, asio::buffer(j->head), [this, j](asio::error_code e2, std::size_t got) {
                 if (!finished_) on_hello_head(j, e2, got);
@@ -254,13 +261,13 @@ private:
 
     void on_hello_head(std::shared_ptr<joiner> const& j, asio::error_code e, std::size_t got) {
         auto const& h = j->hello = tcp_wire::decode_hello(j->head.data());
-        if (e) return refuse(j->sock, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
-        if (h.magic != tcp_wire::hello_magic) return refuse(j->sock, "not a chorus handshake");
-        if (h.token_len != cfg_.job_token.size()) return refuse(j->sock, "wrong job token");
+        if (e) return refuse(*j, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+        if (h.magic != tcp_wire::hello_magic) return refuse(*j, "not a chorus handshake");
+        if (h.token_len != cfg_.job_token.size()) return refuse(*j, "wrong job token");
         if (h.size != n_)
-            return refuse(j->sock, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
+            return refuse(*j, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
         if (h.rank >= n_ || h.addr_len > tcp_wire::max_addr || h.port == 0 || h.port > 65535)
-            return refuse(j->sock, "malformed handshake");
+            return refuse(*j, "malformed handshake");
         j->rest.resize(static_cast<std::size_t>(h.token_len + h.addr_len));
         asio::async_read(j->sock, asio::buffer(j->rest), [this, j](asio::error_code e2, std::size_t) {
             if (!finished_) on_hello_rest(j, e2);
@@ -269,11 +276,12 @@ private:
 
     void on_hello_rest(std::shared_ptr<joiner> const& j, asio::error_code e) {
         auto const token_end = j->rest.begin() + static_cast<std::ptrdiff_t>(j->hello.token_len);
-        if (e) return refuse(j->sock, "closed during its handshake");
-        if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse(j->sock, "wrong job token");
+        if (e) return refuse(*j, "closed during its handshake");
+        if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse(*j, "wrong job token");
         auto& slot = joined_[static_cast<std::size_t>(j->hello.rank)];
-        if (slot) return refuse(j->sock, "rank " + std::to_string(j->hello.rank) + " has already joined");
+        if (slot) return refuse(*j, "rank " + std::to_string(j->hello.rank) + " has already joined");
         j->addr.assign(token_end, j->rest.end());
+        j->settled = true;
         slot = j;
         if (++joined_count_ == n_) send_tables();
     }
@@ -311,9 +319,10 @@ private:
 
     void accept_mesh() {
         auto m = std::make_shared<mesh_in>(*io_);
-        mesh_pending_.push_back(m);
         listener_.async_accept(m->sock, [this, m](asio::error_code e) {
-            if (finished_ || e) return;
+            if (finished_) return;
+            if (e) return accept_failed(e, [this] { accept_mesh(); });
+            admit(m);
             accept_mesh();
             asio::async_read(m->sock, asio::buffer(m->head), [this, m](asio::error_code e2, std::size_t got) {
                 if (!finished_) on_mesh_head(m, e2, got);
@@ -324,19 +333,20 @@ private:
     void on_mesh_head(std::shared_ptr<mesh_in> const& m, asio::error_code e, std::size_t got) {
         auto const h = tcp_wire::decode_mesh(m->head.data());
         m->rank = h.rank;
-        if (e) return refuse(m->sock, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
-        if (h.magic != tcp_wire::mesh_magic) return refuse(m->sock, "not a chorus handshake");
-        if (h.token_len != cfg_.job_token.size()) return refuse(m->sock, "wrong job token");
+        if (e) return refuse(*m, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+        if (h.magic != tcp_wire::mesh_magic) return refuse(*m, "not a chorus handshake");
+        if (h.token_len != cfg_.job_token.size()) return refuse(*m, "wrong job token");
         if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_ || sockets_[h.rank])
-            return refuse(m->sock, "unexpected rank " + std::to_string(h.rank));
+            return refuse(*m, "unexpected rank " + std::to_string(h.rank));
         m->token.resize(static_cast<std::size_t>(h.token_len));
         asio::async_read(m->sock, asio::buffer(m->token), [this, m](asio::error_code e2, std::size_t) {
             if (finished_) return;
-            if (e2) return refuse(m->sock, "closed during its handshake");
-            if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return refuse(m->sock, "wrong job token");
+            if (e2) return refuse(*m, "closed during its handshake");
+            if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return refuse(*m, "wrong job token");
             auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
-            if (slot) return refuse(m->sock, "rank " + std::to_string(m->rank) + " is already connected");
+            if (slot) return refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
             tune_socket(m->sock);
+            m->settled = true;
             slot = std::make_unique<tcp::socket>(std::move(m->sock));
             ++accepted_;
         });
@@ -359,8 +369,9 @@ private:
         to_master_.close(ignore);
         for (auto& t : timers_) t.cancel();
         for (auto& s : connecting_) s->close(ignore);
-        for (auto& m : mesh_pending_) m->sock.close(ignore);
-        for (auto& j : pending_) j->sock.close(ignore);
+        for (auto& c : incoming_) c->sock.close(ignore);
+        for (auto& j : joined_)
+            if (j) j->sock.close(ignore);
         if (!ok)
             for (auto& s : sockets_)
                 if (s) s->close(ignore);
@@ -399,12 +410,45 @@ private:
 
     // A connection that is not a rank of this job (a port scanner, another job's rank, a wrong
     // token) is closed and logged; the job goes on.
-    void refuse(tcp::socket& sock, std::string const& why) const {
+    void refuse(incoming& c, std::string const& why) const {
+        if (c.settled) return;  // refused already (its read then ends too)
+        c.settled = true;
         asio::error_code e;
-        auto const from = sock.remote_endpoint(e);
+        auto const from = c.sock.remote_endpoint(e);
         std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
         std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me_, who.c_str(), why.c_str());
-        sock.close(e);
+        c.sock.close(e);
+    }
+
+    // An accepted connection has a few seconds to say who it is, and the connections that have
+    // not are capped, the oldest closed first: silent connections cannot use up this process's
+    // file descriptors and shut the listener (a flood before the job starts).
+    void admit(std::shared_ptr<incoming> const& c) {
+        std::erase_if(incoming_, [](auto const& x) { return x->settled; });
+        incoming_.push_back(c);
+        if (incoming_.size() > max_strangers()) refuse(*incoming_.front(), "too many connections without a handshake");
+        auto const grace = std::min(cfg_.timeout, milliseconds(5000));
+        retry_after(grace, [this, c, grace] {
+            if (!c->settled) refuse(*c, "no handshake within " + std::to_string(grace.count()) + " ms");
+        });
+    }
+
+    std::size_t max_strangers() const noexcept {
+        rlimit l{};
+        if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return 1024;
+        return std::max<std::size_t>(16, static_cast<std::size_t>(l.rlim_cur) / 4);
+    }
+
+    // accept() failed (out of file descriptors, a connection reset while queued, ...): the
+    // listener must not stop. Says so once, frees the oldest stranger's descriptor, tries again.
+    template <class Again>
+    void accept_failed(asio::error_code e, Again again) {
+        if (!accept_failure_said_)
+            std::fprintf(stderr, "chorus: rank %d: accepting a connection failed: %s; still accepting\n", me_, e.message().c_str());
+        accept_failure_said_ = true;
+        std::erase_if(incoming_, [](auto const& x) { return x->settled; });
+        if (!incoming_.empty()) refuse(*incoming_.front(), "closed to free a file descriptor");
+        retry_after(milliseconds(10), std::move(again));
     }
 
     template <class F>
@@ -437,14 +481,14 @@ private:
     bool have_table_ = false;
     // 2.-3. the master's side
     std::vector<std::shared_ptr<joiner>> joined_;
-    std::list<std::shared_ptr<joiner>> pending_;
     std::size_t joined_count_ = 0, tables_sent_ = 0;
     std::vector<unsigned char> table_;
     // 4. mesh
     std::vector<std::unique_ptr<tcp::socket>> sockets_;
     std::vector<tcp::endpoint> endpoints_;
     std::list<std::shared_ptr<tcp::socket>> connecting_;
-    std::list<std::shared_ptr<mesh_in>> mesh_pending_;
+    std::list<std::shared_ptr<incoming>> incoming_;  // accepted, by age; settled ones pruned
+    bool accept_failure_said_ = false;
     std::size_t connected_ = 0, accepted_ = 0;
 };
 
