@@ -400,21 +400,25 @@ TEST_CASE("tcp: stray connections to the master (garbage, wrong token, silent) a
     CHECK(strays.size() == 4);
 }
 
-TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming it") {
+/// Starts ranks 0..started-1 of a group of `size` whose rendezvous is to fail (rank 0 with a
+/// 500 ms timeout, the others 2 s, so that rank 0 gives up first), `tweak` adjusting each rank's
+/// config; returns what each rank's constructor threw.
+static std::vector<conformance::outcome> failed_rendezvous(rank_t started, rank_t size,
+                                                    std::function<void(chorus::tcp_config&)> tweak = {}) {
     std::mutex mutex;
-    std::vector<conformance::outcome> seen(2);
-    auto const start = std::chrono::steady_clock::now();
+    std::vector<conformance::outcome> seen(static_cast<std::size_t>(started));
     std::promise<std::uint16_t> port_promise;
     auto port = port_promise.get_future().share();
     std::vector<std::thread> threads;
-    for (rank_t r = 0; r < 2; ++r)
+    for (rank_t r = 0; r < started; ++r)
         threads.emplace_back([&, r] {
             try {
                 chorus::tcp_config c;
                 c.rank = r;
-                c.size = 3;
-                c.timeout = 500ms;
+                c.size = size;
+                c.timeout = r == 0 ? 500ms : 2000ms;
                 c.job_token = "t";
+                if (tweak) tweak(c);
                 if (r == 0) c.on_master_listening = [&](std::uint16_t p) { port_promise.set_value(p); };
                 else c.master_port = port.get();
                 chorus::tcp_transport tp(std::move(c));
@@ -424,16 +428,34 @@ TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming i
             }
         });
     for (auto& t : threads) t.join();
+    return seen;
+}
+
+TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming it on every rank") {
+    auto const start = std::chrono::steady_clock::now();
+    auto const seen = failed_rendezvous(2, 3);
     CHECK(std::chrono::steady_clock::now() - start < 5s);
     CHECK(seen[0].threw);
     CHECK(seen[0].code == chorus::errc::timeout);
     CHECK(seen[0].peer == 2);
     CHECK(seen[0].what.find("never joined: 2") != std::string::npos);
-    // Rank 1 either times out waiting for the table itself, or sees rank 0 give up first
-    // (its master connection closes): both within the timeout, both an error.
+    // Rank 1 learns it from the master, not from a timeout or a closed connection of its own.
     CHECK(seen[1].threw);
-    CHECK((seen[1].code == chorus::errc::timeout || seen[1].code == chorus::errc::connection_failed));
-    CHECK((seen[1].what.find("rank 0") != std::string::npos || seen[1].what.find("master") != std::string::npos));
+    CHECK(seen[1].code == chorus::errc::timeout);
+    CHECK(seen[1].peer == 2);
+    CHECK_MESSAGE(seen[1].what.find("rank 1: the rendezvous failed at the master (rank 0)") != std::string::npos, seen[1].what);
+    CHECK(seen[1].what.find("never joined: 2") != std::string::npos);
+}
+
+TEST_CASE("tcp: a rank with another job's token is told so by the master") {
+    auto const seen = failed_rendezvous(2, 2, [](chorus::tcp_config& c) {
+        if (c.rank == 1) c.job_token = "another job";
+    });
+    CHECK(seen[0].threw);
+    CHECK(seen[0].what.find("never joined: 1") != std::string::npos);
+    CHECK(seen[1].threw);
+    CHECK(seen[1].code == chorus::errc::connection_failed);
+    CHECK_MESSAGE(seen[1].what.find("the master refused this rank: wrong job token") != std::string::npos, seen[1].what);
 }
 
 TEST_CASE("tcp: a message over CHORUS_MAX_MESSAGE_BYTES before its receive fails the group naming its sender") {

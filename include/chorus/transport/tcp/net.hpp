@@ -3,8 +3,10 @@
 #pragma once
 
 // Addresses and sockets, for the rendezvous: bracketed IPv6 literals, an interface's address
-// (CHORUS_SOCKET_IFNAME), socket options, and a launcher's listening socket (CHORUS_MASTER_FD).
+// (CHORUS_SOCKET_IFNAME), socket options, a rank's listening socket (CHORUS_PORT_RANGE), and a
+// launcher's listening socket (CHORUS_MASTER_FD).
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -16,6 +18,7 @@
 #include <unistd.h>      // close
 
 #include <chorus/error.hpp>
+#include <chorus/transport/tcp/config.hpp>
 
 namespace chorus::detail {
 
@@ -54,6 +57,35 @@ inline void tune_socket(asio::ip::tcp::socket& s) {
     s.set_option(asio::ip::tcp::no_delay(true), ec);
     s.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
     s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+}
+
+/// Opens `listener` on any free port, or on the first free one of cfg's port range (starting at
+/// an offset by rank, so that the ranks of one host do not all race for the same port), and
+/// returns the port.
+inline std::uint16_t bind_listener(asio::ip::tcp::acceptor& listener, asio::ip::tcp family, tcp_config const& cfg) {
+    std::string const me = "rank " + std::to_string(cfg.rank);
+    asio::error_code ec;
+    listener.open(family, ec);
+    if (ec) throw transport_error(errc::connection_failed, cfg.rank, me + ": cannot open a listening socket: " + ec.message());
+    if (cfg.port_max == 0) {
+        listener.bind(asio::ip::tcp::endpoint(family, 0), ec);
+    } else {
+        unsigned const span = unsigned{cfg.port_max} - cfg.port_min + 1;
+        for (unsigned i = 0; i < span; ++i) {
+            auto const port = static_cast<std::uint16_t>(cfg.port_min + (static_cast<unsigned>(cfg.rank) + i) % span);
+            listener.bind(asio::ip::tcp::endpoint(family, port), ec);
+            if (!ec) break;
+        }
+    }
+    if (!ec) listener.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+        throw transport_error(errc::connection_failed, cfg.rank,
+                              me + ": cannot listen on " +
+                                  (cfg.port_max == 0 ? std::string("an ephemeral port")
+                                                     : "any port of " + std::to_string(cfg.port_min) + "-" +
+                                                           std::to_string(cfg.port_max)) +
+                                  ": " + ec.message());
+    return listener.local_endpoint().port();
 }
 
 /// Makes `master` the launcher's already listening socket `fd` (tcp_config::master_fd), or

@@ -47,11 +47,11 @@
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
-#include <sys/resource.h>  // getrlimit: how many connections may wait for a handshake
-
+#include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/transport/tcp/config.hpp>
+#include <chorus/transport/tcp/gate.hpp>
 #include <chorus/transport/tcp/net.hpp>
 #include <chorus/transport/tcp/wire.hpp>
 
@@ -68,7 +68,8 @@ public:
     /// `cfg` is validated (tcp_impl.hpp); rank 0 writes the port it bound into it.
     explicit tcp_rendezvous(tcp_config& cfg)
         : cfg_(cfg), me_(cfg.rank), n_(static_cast<std::size_t>(cfg.size)), io_(std::make_unique<asio::io_context>()),
-          listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_) {}
+          listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_),
+          gate_(*io_, cfg.rank, std::min(cfg.timeout, std::chrono::milliseconds(5000))) {}
 
     tcp_mesh run() {
         deadline_ = std::chrono::steady_clock::now() + cfg_.timeout;
@@ -77,8 +78,11 @@ public:
         while (!complete() && fatal_.empty())
             if (io_->run_one_until(deadline_) == 0) break;
         bool const ok = complete() && fatal_.empty();
+        std::optional<failure> failed;
+        if (!ok) failed = why_failed();
+        if (failed && me_ == 0) tell_joined(*failed);  // rather than leave them to time out
         drain(ok);
-        if (!ok) fail();
+        if (failed) raise(*failed);
         return {std::move(io_), std::move(sockets_)};
     }
 
@@ -86,21 +90,15 @@ private:
     using tcp = asio::ip::tcp;
     using milliseconds = std::chrono::milliseconds;
 
-    // An accepted connection until it proved to be a rank of this job (settled, either way).
-    struct incoming {
-        explicit incoming(asio::io_context& io) : sock(io) {}
-        tcp::socket sock;
-        bool settled = false;
-    };
-    struct joiner : incoming {  // a rank's hello, at the master
-        using incoming::incoming;
+    struct joiner : tcp_incoming {  // a rank's hello, at the master
+        using tcp_incoming::tcp_incoming;
         std::array<unsigned char, tcp_wire::hello_head_size> head{};
         tcp_wire::hello_head hello{};
         std::vector<unsigned char> rest;  // token, address
         std::string addr;
     };
-    struct mesh_in : incoming {  // a higher rank's mesh handshake
-        using incoming::incoming;
+    struct mesh_in : tcp_incoming {  // a higher rank's mesh handshake
+        using tcp_incoming::tcp_incoming;
         std::array<unsigned char, tcp_wire::mesh_head_size> head{};
         std::vector<unsigned char> token;
         std::uint64_t rank = 0;
@@ -119,7 +117,7 @@ private:
                                       me() + ": interface '" + cfg_.socket_ifname + "' (CHORUS_SOCKET_IFNAME) has no " +
                                           (family_ == tcp::v6() ? "IPv6" : "IPv4") + " address");
         }
-        bind_listener();
+        my_port_ = bind_listener(listener_, family_, cfg_);
         accept_mesh();
         if (me_ != 0) return;
         open_master();
@@ -142,33 +140,6 @@ private:
         family_ = master_ip_.is_v6() ? tcp::v6() : tcp::v4();
     }
 
-    // This rank's listening socket: any free port, or the first free one of the configured
-    // range (starting at an offset by rank, so that ranks of one host do not all race for the
-    // same port).
-    void bind_listener() {
-        asio::error_code ec;
-        listener_.open(family_, ec);
-        if (ec) throw transport_error(errc::connection_failed, me_, me() + ": cannot open a listening socket: " + ec.message());
-        if (cfg_.port_max == 0) {
-            listener_.bind(tcp::endpoint(family_, 0), ec);
-        } else {
-            unsigned const span = unsigned{cfg_.port_max} - cfg_.port_min + 1;
-            for (unsigned i = 0; i < span; ++i) {
-                auto const port = static_cast<std::uint16_t>(cfg_.port_min + (static_cast<unsigned>(me_) + i) % span);
-                listener_.bind(tcp::endpoint(family_, port), ec);
-                if (!ec) break;
-            }
-        }
-        if (!ec) listener_.listen(asio::socket_base::max_listen_connections, ec);
-        if (ec)
-            throw transport_error(errc::connection_failed, me_,
-                                  me() + ": cannot listen on " +
-                                      (cfg_.port_max == 0 ? std::string("an ephemeral port")
-                                                          : "any port of " + std::to_string(cfg_.port_min) + "-" +
-                                                                std::to_string(cfg_.port_max)) +
-                                      ": " + ec.message());
-        my_port_ = listener_.local_endpoint().port();
-    }
 
     // Rank 0's master socket: the launcher's (master_fd), or bound here. Reports the port.
     void open_master() {
@@ -218,6 +189,7 @@ private:
         asio::async_read(to_master_, asio::buffer(table_len_), [this](asio::error_code e, std::size_t) {
             if (finished_) return;
             auto const len = tcp_wire::get64(table_len_.data());
+            if (!e && len == tcp_wire::refusal) return read_refusal();
             if (e || len > tcp_wire::max_table)
                 return void(fatal_ = me() + ": no rendezvous table from the master at " + where_ + ": " +
                                      (e ? e.message() : std::string("bad length")));
@@ -226,6 +198,28 @@ private:
                 if (finished_) return;
                 if (e2) return void(fatal_ = me() + ": rendezvous table from the master at " + where_ + " cut short: " + e2.message());
                 on_table();
+            });
+        });
+    }
+
+    // The master will send no table: why (its rendezvous failed, or it refused this rank).
+    void read_refusal() {
+        asio::async_read(to_master_, asio::buffer(refusal_head_), [this](asio::error_code e, std::size_t) {
+            if (finished_) return;
+            if (e) return void(fatal_ = me() + ": the master at " + where_ + " refused this rank (its reason cut short)");
+            auto const len = std::min<std::uint64_t>(tcp_wire::get64(refusal_head_.data() + 16), tcp_wire::max_refusal_text);
+            refusal_text_.resize(static_cast<std::size_t>(len));
+            asio::async_read(to_master_, asio::buffer(refusal_text_), [this](asio::error_code e2, std::size_t) {
+                if (finished_) return;
+                auto const code = tcp_wire::get64(refusal_head_.data());
+                auto const blame = static_cast<std::int64_t>(tcp_wire::get64(refusal_head_.data() + 8));
+                bool const known = code >= static_cast<std::uint64_t>(errc::invalid_argument) &&
+                                   code <= static_cast<std::uint64_t>(errc::device_error);
+                refused_code_ = known ? static_cast<errc>(code) : errc::connection_failed;
+                refused_blame_ = blame >= -1 && blame < static_cast<std::int64_t>(n_) ? static_cast<rank_t>(blame) : -1;
+                std::string const why(refusal_text_.begin(), refusal_text_.end());
+                fatal_ = me() + ": the rendezvous failed at the master (rank 0) at " + where_ + ": " +
+                         (e2 ? std::string("(its reason cut short)") : printable(why));
             });
         });
     }
@@ -250,8 +244,8 @@ private:
         auto j = std::make_shared<joiner>(*io_);
         master_->async_accept(j->sock, [this, j](asio::error_code e) {
             if (finished_) return;
-            if (e) return accept_failed(e, [this] { accept_hello(); });
-            admit(j);
+            if (e) return gate_.accept_failed(e, [this] { accept_hello(); });
+            gate_.admit(j);
             accept_hello();
             asio::async_read(j->sock, asio::buffer(j->head), [this, j](asio::error_code e2, std::size_t got) {
                 if (!finished_) on_hello_head(j, e2, got);
@@ -261,13 +255,13 @@ private:
 
     void on_hello_head(std::shared_ptr<joiner> const& j, asio::error_code e, std::size_t got) {
         auto const& h = j->hello = tcp_wire::decode_hello(j->head.data());
-        if (e) return refuse(*j, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
-        if (h.magic != tcp_wire::hello_magic) return refuse(*j, "not a chorus handshake");
-        if (h.token_len != cfg_.job_token.size()) return refuse(*j, "wrong job token");
+        if (e) return gate_.refuse(*j, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+        if (h.magic != tcp_wire::hello_magic) return gate_.refuse(*j, "not a chorus handshake");
+        if (h.token_len != cfg_.job_token.size()) return refuse_rank(*j, "wrong job token");
         if (h.size != n_)
-            return refuse(*j, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
+            return refuse_rank(*j, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
         if (h.rank >= n_ || h.addr_len > tcp_wire::max_addr || h.port == 0 || h.port > 65535)
-            return refuse(*j, "malformed handshake");
+            return gate_.refuse(*j, "malformed handshake");
         j->rest.resize(static_cast<std::size_t>(h.token_len + h.addr_len));
         asio::async_read(j->sock, asio::buffer(j->rest), [this, j](asio::error_code e2, std::size_t) {
             if (!finished_) on_hello_rest(j, e2);
@@ -276,10 +270,10 @@ private:
 
     void on_hello_rest(std::shared_ptr<joiner> const& j, asio::error_code e) {
         auto const token_end = j->rest.begin() + static_cast<std::ptrdiff_t>(j->hello.token_len);
-        if (e) return refuse(*j, "closed during its handshake");
-        if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse(*j, "wrong job token");
+        if (e) return gate_.refuse(*j, "closed during its handshake");
+        if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse_rank(*j, "wrong job token");
         auto& slot = joined_[static_cast<std::size_t>(j->hello.rank)];
-        if (slot) return refuse(*j, "rank " + std::to_string(j->hello.rank) + " has already joined");
+        if (slot) return refuse_rank(*j, "rank " + std::to_string(j->hello.rank) + " has already joined");
         j->addr.assign(token_end, j->rest.end());
         j->settled = true;
         slot = j;
@@ -321,8 +315,8 @@ private:
         auto m = std::make_shared<mesh_in>(*io_);
         listener_.async_accept(m->sock, [this, m](asio::error_code e) {
             if (finished_) return;
-            if (e) return accept_failed(e, [this] { accept_mesh(); });
-            admit(m);
+            if (e) return gate_.accept_failed(e, [this] { accept_mesh(); });
+            gate_.admit(m);
             accept_mesh();
             asio::async_read(m->sock, asio::buffer(m->head), [this, m](asio::error_code e2, std::size_t got) {
                 if (!finished_) on_mesh_head(m, e2, got);
@@ -333,18 +327,18 @@ private:
     void on_mesh_head(std::shared_ptr<mesh_in> const& m, asio::error_code e, std::size_t got) {
         auto const h = tcp_wire::decode_mesh(m->head.data());
         m->rank = h.rank;
-        if (e) return refuse(*m, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
-        if (h.magic != tcp_wire::mesh_magic) return refuse(*m, "not a chorus handshake");
-        if (h.token_len != cfg_.job_token.size()) return refuse(*m, "wrong job token");
+        if (e) return gate_.refuse(*m, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
+        if (h.magic != tcp_wire::mesh_magic) return gate_.refuse(*m, "not a chorus handshake");
+        if (h.token_len != cfg_.job_token.size()) return gate_.refuse(*m, "wrong job token");
         if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_ || sockets_[h.rank])
-            return refuse(*m, "unexpected rank " + std::to_string(h.rank));
+            return gate_.refuse(*m, "unexpected rank " + std::to_string(h.rank));
         m->token.resize(static_cast<std::size_t>(h.token_len));
         asio::async_read(m->sock, asio::buffer(m->token), [this, m](asio::error_code e2, std::size_t) {
             if (finished_) return;
-            if (e2) return refuse(*m, "closed during its handshake");
-            if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return refuse(*m, "wrong job token");
+            if (e2) return gate_.refuse(*m, "closed during its handshake");
+            if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return gate_.refuse(*m, "wrong job token");
             auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
-            if (slot) return refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
+            if (slot) return gate_.refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
             tune_socket(m->sock);
             m->settled = true;
             slot = std::make_unique<tcp::socket>(std::move(m->sock));
@@ -369,7 +363,7 @@ private:
         to_master_.close(ignore);
         for (auto& t : timers_) t.cancel();
         for (auto& s : connecting_) s->close(ignore);
-        for (auto& c : incoming_) c->sock.close(ignore);
+        gate_.close_all();
         for (auto& j : joined_)
             if (j) j->sock.close(ignore);
         if (!ok)
@@ -380,18 +374,41 @@ private:
     }
 
     // Why the rendezvous failed: a step's error, or which ranks were missing at the deadline.
-    [[noreturn]] void fail() {
-        if (!fatal_.empty()) throw transport_error(errc::connection_failed, -1, fatal_);
+    struct failure {
+        errc code;
+        rank_t blame;
+        std::string what;
+    };
+
+    [[noreturn]] static void raise(failure const& f) {
+        if (f.code == errc::timeout) throw timeout_error(f.blame, f.what);
+        throw transport_error(f.code, f.blame, f.what);
+    }
+
+    // Why the rendezvous failed: a step's error (or the master's refusal), or which ranks were
+    // missing at the deadline.
+    failure why_failed() const {
+        if (!fatal_.empty()) return {refused_code_, refused_blame_, fatal_};
         std::string const after = " after " + std::to_string(cfg_.timeout.count()) + " ms";
         if (me_ == 0 && joined_count_ < n_) {
             auto const [first, missing] = missing_ranks([&](std::size_t q) { return !joined_[q]; });
-            throw timeout_error(first, "rank 0: rendezvous on " + where_ + " timed out" + after + "; ranks that never joined: " + missing);
+            return {errc::timeout, first, "rank 0: rendezvous on " + where_ + " timed out" + after + "; ranks that never joined: " + missing};
         }
         if (!have_table_)
-            throw timeout_error(0, me() + ": rendezvous timed out" + after + " waiting for the table from the master (rank 0) at " + where_);
+            return {errc::timeout, 0, me() + ": rendezvous timed out" + after + " waiting for the table from the master (rank 0) at " + where_};
         auto const [first, missing] =
             missing_ranks([&](std::size_t q) { return q != static_cast<std::size_t>(me_) && !sockets_[q]; });
-        throw timeout_error(std::max(first, 0), me() + ": connecting the mesh timed out" + after + "; no connection with ranks: " + missing);
+        return {errc::timeout, std::max(first, 0),
+                me() + ": connecting the mesh timed out" + after + "; no connection with ranks: " + missing};
+    }
+
+    // The master failed: every rank that joined learns why at once (no reply is awaited).
+    void tell_joined(failure const& f) {
+        auto const message = tcp_wire::encode_refusal(static_cast<std::uint64_t>(f.code), f.blame, f.what);
+        for (auto& j : joined_) {
+            asio::error_code ignore;
+            if (j && j->sock.is_open()) asio::write(j->sock, asio::buffer(message), ignore);
+        }
     }
 
     template <class Missing>
@@ -408,47 +425,16 @@ private:
 
     // ---- helpers -----------------------------------------------------------------------------
 
-    // A connection that is not a rank of this job (a port scanner, another job's rank, a wrong
-    // token) is closed and logged; the job goes on.
-    void refuse(incoming& c, std::string const& why) const {
-        if (c.settled) return;  // refused already (its read then ends too)
-        c.settled = true;
-        asio::error_code e;
-        auto const from = c.sock.remote_endpoint(e);
-        std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
-        std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me_, who.c_str(), why.c_str());
-        c.sock.close(e);
-    }
-
-    // An accepted connection has a few seconds to say who it is, and the connections that have
-    // not are capped, the oldest closed first: silent connections cannot use up this process's
-    // file descriptors and shut the listener (a flood before the job starts).
-    void admit(std::shared_ptr<incoming> const& c) {
-        std::erase_if(incoming_, [](auto const& x) { return x->settled; });
-        incoming_.push_back(c);
-        if (incoming_.size() > max_strangers()) refuse(*incoming_.front(), "too many connections without a handshake");
-        auto const grace = std::min(cfg_.timeout, milliseconds(5000));
-        retry_after(grace, [this, c, grace] {
-            if (!c->settled) refuse(*c, "no handshake within " + std::to_string(grace.count()) + " ms");
-        });
-    }
-
-    std::size_t max_strangers() const noexcept {
-        rlimit l{};
-        if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return 1024;
-        return std::max<std::size_t>(16, static_cast<std::size_t>(l.rlim_cur) / 4);
-    }
-
-    // accept() failed (out of file descriptors, a connection reset while queued, ...): the
-    // listener must not stop. Says so once, frees the oldest stranger's descriptor, tries again.
-    template <class Again>
-    void accept_failed(asio::error_code e, Again again) {
-        if (!accept_failure_said_)
-            std::fprintf(stderr, "chorus: rank %d: accepting a connection failed: %s; still accepting\n", me_, e.message().c_str());
-        accept_failure_said_ = true;
-        std::erase_if(incoming_, [](auto const& x) { return x->settled; });
-        if (!incoming_.empty()) refuse(*incoming_.front(), "closed to free a file descriptor");
-        retry_after(milliseconds(10), std::move(again));
+    // A hello from what claims to be a chorus rank (its magic was right) that this job refuses:
+    // the rank is told why, so that its own error says it, then refused as any stranger.
+    void refuse_rank(joiner& j, std::string const& why) {
+        if (!j.settled) {
+            asio::error_code ignore;
+            asio::write(j.sock, asio::buffer(tcp_wire::encode_refusal(static_cast<std::uint64_t>(errc::connection_failed), -1,
+                                                                      "the master refused this rank: " + why)),
+                        ignore);
+        }
+        gate_.refuse(j, why);
     }
 
     template <class F>
@@ -478,6 +464,10 @@ private:
     milliseconds backoff_{5};
     std::vector<unsigned char> hello_, table_in_;
     std::array<unsigned char, 8> table_len_{};
+    std::array<unsigned char, tcp_wire::refusal_head_size> refusal_head_{};
+    std::vector<unsigned char> refusal_text_;
+    errc refused_code_ = errc::connection_failed;  // what fatal_ is, from the master's refusal
+    rank_t refused_blame_ = -1;
     bool have_table_ = false;
     // 2.-3. the master's side
     std::vector<std::shared_ptr<joiner>> joined_;
@@ -487,8 +477,7 @@ private:
     std::vector<std::unique_ptr<tcp::socket>> sockets_;
     std::vector<tcp::endpoint> endpoints_;
     std::list<std::shared_ptr<tcp::socket>> connecting_;
-    std::list<std::shared_ptr<incoming>> incoming_;  // accepted, by age; settled ones pruned
-    bool accept_failure_said_ = false;
+    tcp_gate gate_;  // the connections accepted, until they proved to be ranks of this job
     std::size_t connected_ = 0, accepted_ = 0;
 };
 

@@ -6,7 +6,9 @@
 //
 //   hello (rank -> master):  {hello_magic, rank, size, port, token length, address length}
 //                            token, address      (the address and port this rank listens on)
-//   table (master -> rank):  {length} then for every rank {port, address length} address
+//   table (master -> rank):  {length} then for every rank {port, address length} address;
+//                            or, when the master refuses the rank or its rendezvous failed,
+//                            {refusal, errc, rank to blame, text length} text
 //   mesh (rank -> lower rank): {mesh_magic, rank, token length} token
 //   frame (after the mesh):  {type, tag, size} then `size` payload bytes; types: data, abort
 //                            (payload: the reason), goodbye (size 0: "I am shutting down")
@@ -32,6 +34,8 @@ inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 
 inline constexpr std::size_t header_size = 24, hello_head_size = 48, mesh_head_size = 24;
 inline constexpr std::size_t max_token = 4096, max_addr = 256;
 inline constexpr std::uint64_t max_table = std::uint64_t{1} << 24;
+inline constexpr std::uint64_t refusal = ~std::uint64_t{0};  // in place of a table's length
+inline constexpr std::size_t refusal_head_size = 24, max_refusal_text = 4096;
 
 inline void put64(unsigned char* p, std::uint64_t v) noexcept {
     for (int i = 0; i < 8; ++i) p[i] = static_cast<unsigned char>(v >> (8 * i));
@@ -87,6 +91,16 @@ inline std::vector<unsigned char> encode_mesh(rank_t rank, std::string const& to
     std::vector<unsigned char> out;
     for (std::uint64_t v : {mesh_magic, static_cast<std::uint64_t>(rank), std::uint64_t{token.size()}}) append64(out, v);
     append(out, token);
+    return out;
+}
+
+/// What the master sends a rank instead of the table: why it will not get one.
+inline std::vector<unsigned char> encode_refusal(std::uint64_t code, rank_t blame, std::string const& why) {
+    std::vector<unsigned char> out;
+    std::string const text = why.substr(0, max_refusal_text);
+    for (std::uint64_t v : {refusal, code, static_cast<std::uint64_t>(static_cast<std::int64_t>(blame)), std::uint64_t{text.size()}})
+        append64(out, v);
+    append(out, text);
     return out;
 }
 

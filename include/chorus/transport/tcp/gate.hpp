@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// The rendezvous's gate: connections its listeners accepted, until each proved to be a rank of
+// this job or was refused. A port scanner, another job's rank or a wrong token is closed and
+// logged, and the job goes on. A connection has a few seconds to complete its handshake, and
+// those that have not are capped (the oldest closed first), so that silent connections cannot
+// use up the process's file descriptors; an accept that fails (out of descriptors, a connection
+// reset while queued) is retried, never the end of a listener.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <list>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <sys/resource.h>  // getrlimit: how many connections may wait for a handshake
+
+#include <chorus/fwd.hpp>
+
+namespace chorus::detail {
+
+/// An accepted connection; settled once it proved to be a rank of the job, or was refused.
+struct tcp_incoming {
+    explicit tcp_incoming(asio::io_context& io) : sock(io) {}
+    asio::ip::tcp::socket sock;
+    bool settled = false;
+};
+
+class tcp_gate {
+public:
+    /// Each connection of rank `me` gets `grace` to complete its handshake.
+    tcp_gate(asio::io_context& io, rank_t me, std::chrono::milliseconds grace) : io_(io), me_(me), grace_(grace) {}
+
+    /// A connection was accepted: its deadline starts; over the cap, the oldest stranger goes.
+    void admit(std::shared_ptr<tcp_incoming> const& c) {
+        prune();
+        strangers_.push_back(c);
+        if (strangers_.size() > cap()) refuse(*strangers_.front(), "too many connections without a handshake");
+        after(grace_, [this, c] {
+            if (!c->settled) refuse(*c, "no handshake within " + std::to_string(grace_.count()) + " ms");
+        });
+    }
+
+    /// Closes `c` and logs why, unless it was settled already (its pending read then ends too).
+    void refuse(tcp_incoming& c, std::string const& why) const {
+        if (c.settled) return;
+        c.settled = true;
+        asio::error_code e;
+        auto const from = c.sock.remote_endpoint(e);
+        std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
+        std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me_, who.c_str(), why.c_str());
+        c.sock.close(e);
+    }
+
+    /// accept() failed: said once; the oldest stranger's descriptor is freed; `again` in 10 ms.
+    template <class Again>
+    void accept_failed(asio::error_code e, Again again) {
+        if (!failure_said_)
+            std::fprintf(stderr, "chorus: rank %d: accepting a connection failed: %s; still accepting\n", me_, e.message().c_str());
+        failure_said_ = true;
+        prune();
+        if (!strangers_.empty()) refuse(*strangers_.front(), "closed to free a file descriptor");
+        after(std::chrono::milliseconds(10), std::move(again));
+    }
+
+    /// The rendezvous is over: strangers are closed, deadlines cancelled.
+    void close_all() noexcept {
+        closed_ = true;
+        asio::error_code ignore;
+        for (auto& c : strangers_) c->sock.close(ignore);
+        for (auto& t : timers_) t.cancel();
+    }
+
+private:
+    void prune() {
+        std::erase_if(strangers_, [](auto const& c) { return c->settled; });
+    }
+
+    // A quarter of the descriptors this process may open (at least 16).
+    static std::size_t cap() noexcept {
+        rlimit l{};
+        if (::getrlimit(RLIMIT_NOFILE, &l) != 0 || l.rlim_cur == RLIM_INFINITY) return 1024;
+        return std::max<std::size_t>(16, static_cast<std::size_t>(l.rlim_cur) / 4);
+    }
+
+    template <class F>
+    void after(std::chrono::milliseconds wait, F f) {
+        auto& t = timers_.emplace_back(io_, wait);
+        t.async_wait([this, f = std::move(f)](asio::error_code e) {
+            if (!closed_ && !e) f();
+        });
+    }
+
+    asio::io_context& io_;
+    rank_t me_;
+    std::chrono::milliseconds grace_;
+    std::list<std::shared_ptr<tcp_incoming>> strangers_;  // by age; settled ones pruned
+    std::list<asio::steady_timer> timers_;
+    bool failure_said_ = false, closed_ = false;
+};
+
+} // namespace chorus::detail
