@@ -240,18 +240,7 @@ private:
     }
 
     // Rank 0: accepts hellos until every rank joined, then sends every rank the table.
-    void accept_hello() {
-        auto j = std::make_shared<joiner>(*io_);
-        master_->async_accept(j->sock, [this, j](asio::error_code e) {
-            if (finished_) return;
-            if (e) return gate_.accept_failed(e, [this] { accept_hello(); });
-            gate_.admit(j);
-            accept_hello();
-            asio::async_read(j->sock, asio::buffer(j->head), [this, j](asio::error_code e2, std::size_t got) {
-                if (!finished_) on_hello_head(j, e2, got);
-            });
-        });
-    }
+    void accept_hello() { accept_loop<joiner>(*master_, &tcp_rendezvous::on_hello_head); }
 
     void on_hello_head(std::shared_ptr<joiner> const& j, asio::error_code e, std::size_t got) {
         auto const& h = j->hello = tcp_wire::decode_hello(j->head.data());
@@ -311,18 +300,7 @@ private:
         });
     }
 
-    void accept_mesh() {
-        auto m = std::make_shared<mesh_in>(*io_);
-        listener_.async_accept(m->sock, [this, m](asio::error_code e) {
-            if (finished_) return;
-            if (e) return gate_.accept_failed(e, [this] { accept_mesh(); });
-            gate_.admit(m);
-            accept_mesh();
-            asio::async_read(m->sock, asio::buffer(m->head), [this, m](asio::error_code e2, std::size_t got) {
-                if (!finished_) on_mesh_head(m, e2, got);
-            });
-        });
-    }
+    void accept_mesh() { accept_loop<mesh_in>(listener_, &tcp_rendezvous::on_mesh_head); }
 
     void on_mesh_head(std::shared_ptr<mesh_in> const& m, asio::error_code e, std::size_t got) {
         auto const h = tcp_wire::decode_mesh(m->head.data());
@@ -435,6 +413,23 @@ private:
                         ignore);
         }
         gate_.refuse(j, why);
+    }
+
+    // Accepts connections on `acceptor` until the rendezvous is over, each through the gate,
+    // and hands each its handshake's fixed part, read into a new C, to `on_head`.
+    template <class C>
+    void accept_loop(tcp::acceptor& acceptor, void (tcp_rendezvous::*on_head)(std::shared_ptr<C> const&, asio::error_code,
+                                                                            std::size_t)) {
+        auto c = std::make_shared<C>(*io_);
+        acceptor.async_accept(c->sock, [this, &acceptor, on_head, c](asio::error_code e) {
+            if (finished_) return;
+            if (e) return gate_.accept_failed(e, [this, &acceptor, on_head] { accept_loop(acceptor, on_head); });
+            gate_.admit(c);
+            accept_loop(acceptor, on_head);
+            asio::async_read(c->sock, asio::buffer(c->head), [this, on_head, c](asio::error_code e2, std::size_t got) {
+                if (!finished_) (this->*on_head)(c, e2, got);
+            });
+        });
     }
 
     template <class F>
