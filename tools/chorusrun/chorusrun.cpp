@@ -367,6 +367,7 @@ int main(int argc, char** argv) {
     int signalled = 0;      // a signal we forwarded; we exit 128 + it
     std::size_t running = ranks.size();
     auto stop_at = clock_type::time_point::max();  // SIGTERM the rest then
+    bool stopping = false;                          // the SIGTERM went out
     auto kill_at = clock_type::time_point::max();  // SIGKILL the rest then
 
     auto send_all = [&](int sig) {
@@ -394,6 +395,7 @@ int main(int argc, char** argv) {
         auto const now = clock_type::now();
         if (now >= stop_at) {
             send_all(SIGTERM);
+            stopping = true;
             stop_at = clock_type::time_point::max();
             kill_at = now + std::chrono::milliseconds(o.grace_ms);
         }
@@ -451,6 +453,12 @@ int main(int argc, char** argv) {
                 --running;
                 bool const failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
                 if (o.verbose) std::fprintf(stderr, "chorusrun: rank %d: %s\n", r.rank, describe(status).c_str());
+                // A rank killed by a signal that chorusrun did not send is a likelier root cause
+                // than one that exited with an error because its peer failed, even when that one
+                // is reaped a moment earlier: it takes the blame.
+                bool const killed = WIFSIGNALED(status) && !stopping && !signalled;
+                if (killed && first_failed >= 0 && !WIFSIGNALED(ranks[static_cast<std::size_t>(first_failed)].status))
+                    first_failed = static_cast<int>(i);
                 if (failed && first_failed < 0 && !signalled) {
                     first_failed = static_cast<int>(i);
                     if (running > 0) {

@@ -85,12 +85,13 @@ public:
                       std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets)
         : me_(cfg.rank), timeout_(cfg.timeout), spin_(cfg.spin), max_message_(max_message_bytes(cfg)), io_(std::move(io)),
           peers_(sockets.size()), queues_(sockets.size()) {
-        for (std::size_t q = 0; q < sockets.size(); ++q) {
-            if (!sockets[q]) continue;
+        // Into peers_ first: if anything below throws, they are closed before their io_context.
+        for (std::size_t q = 0; q < sockets.size(); ++q)
+            if (sockets[q]) peers_[q] = std::make_unique<tcp_peer>(static_cast<rank_t>(q), std::move(*sockets[q]));
+        for (auto& p : peers_) {
             asio::error_code ec;
-            sockets[q]->non_blocking(true, ec);
-            if (ec) throw transport_error(errc::connection_failed, static_cast<rank_t>(q), "rank " + std::to_string(me_) + ": " + ec.message());
-            peers_[q] = std::make_unique<tcp_peer>(static_cast<rank_t>(q), std::move(*sockets[q]));
+            if (p) p->sock.non_blocking(true, ec);
+            if (ec) throw transport_error(errc::connection_failed, p->rank, "rank " + std::to_string(me_) + ": " + ec.message());
         }
     }
     tcp_socket_engine(tcp_socket_engine const&) = delete;

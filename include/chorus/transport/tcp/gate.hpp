@@ -10,13 +10,16 @@
 // reset while queued) is retried, never the end of a listener.
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <list>
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include <asio/error.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
@@ -24,6 +27,7 @@
 #include <sys/resource.h>  // getrlimit: how many connections may wait for a handshake
 
 #include <chorus/fwd.hpp>
+#include <chorus/transport/tcp/net.hpp>
 
 namespace chorus::detail {
 
@@ -49,25 +53,38 @@ public:
         });
     }
 
-    /// Closes `c` and logs why, unless it was settled already (its pending read then ends too).
-    void refuse(tcp_incoming& c, std::string const& why) const {
+    /// Logs why and closes `c`, unless it was settled already (its pending read then ends too).
+    /// With a `farewell` (a refusal a rank is to read), that is written first and only the
+    /// sending side is shut: closing a socket with unread input resets the connection, which
+    /// could destroy the farewell; it is closed when the rendezvous is over.
+    void refuse(tcp_incoming& c, std::string const& why, std::vector<unsigned char> const& farewell = {}) {
         if (c.settled) return;
         c.settled = true;
         asio::error_code e;
         auto const from = c.sock.remote_endpoint(e);
         std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
         std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me_, who.c_str(), why.c_str());
-        c.sock.close(e);
+        if (farewell.empty()) {
+            c.sock.close(e);
+            return;
+        }
+        tell(c.sock, farewell);
+        c.sock.shutdown(asio::ip::tcp::socket::shutdown_send, e);
+        lingering_.push_back(std::move(c.sock));
     }
 
-    /// accept() failed: said once; the oldest stranger's descriptor is freed; `again` in 10 ms.
+    /// accept() failed: said once; out of descriptors or memory, the oldest stranger is closed
+    /// to free one (another error, such as a connection reset while queued, closes nothing);
+    /// `again` in 10 ms.
     template <class Again>
     void accept_failed(asio::error_code e, Again again) {
         if (!failure_said_)
             std::fprintf(stderr, "chorus: rank %d: accepting a connection failed: %s; still accepting\n", me_, e.message().c_str());
         failure_said_ = true;
         prune();
-        if (!strangers_.empty()) refuse(*strangers_.front(), "closed to free a file descriptor");
+        bool const starved = e == asio::error::no_descriptors || e == asio::error::no_buffer_space ||
+                             e == asio::error::no_memory || e.value() == ENFILE;
+        if (starved && !strangers_.empty()) refuse(*strangers_.front(), "closed to free a file descriptor");
         after(std::chrono::milliseconds(10), std::move(again));
     }
 
@@ -76,6 +93,7 @@ public:
         closed_ = true;
         asio::error_code ignore;
         for (auto& c : strangers_) c->sock.close(ignore);
+        for (auto& sock : lingering_) sock.close(ignore);
         for (auto& t : timers_) t.cancel();
     }
 
@@ -91,11 +109,13 @@ private:
         return std::max<std::size_t>(16, static_cast<std::size_t>(l.rlim_cur) / 4);
     }
 
+    // Runs f after `wait` unless the gate closed first; the timer goes once it fired.
     template <class F>
     void after(std::chrono::milliseconds wait, F f) {
-        auto& t = timers_.emplace_back(io_, wait);
-        t.async_wait([this, f = std::move(f)](asio::error_code e) {
+        auto const t = timers_.emplace(timers_.end(), io_, wait);
+        t->async_wait([this, t, f = std::move(f)](asio::error_code e) {
             if (!closed_ && !e) f();
+            timers_.erase(t);
         });
     }
 
@@ -103,7 +123,8 @@ private:
     rank_t me_;
     std::chrono::milliseconds grace_;
     std::list<std::shared_ptr<tcp_incoming>> strangers_;  // by age; settled ones pruned
-    std::list<asio::steady_timer> timers_;
+    std::list<asio::steady_timer> timers_;       // pending deadlines and retries
+    std::list<asio::ip::tcp::socket> lingering_;  // refused ranks' sockets, their refusal on its way
     bool failure_said_ = false, closed_ = false;
 };
 

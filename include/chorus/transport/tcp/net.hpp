@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
+#include <asio/buffer.hpp>
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
 
@@ -57,6 +59,16 @@ inline void tune_socket(asio::ip::tcp::socket& s) {
     s.set_option(asio::ip::tcp::no_delay(true), ec);
     s.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
     s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
+}
+
+/// Writes what the socket's buffer takes now, never blocking: best effort, for a message a
+/// peer may read before the connection closes (a refusal is far smaller than a fresh
+/// connection's buffer; a peer that does not read gets less).
+inline void tell(asio::ip::tcp::socket& sock, std::vector<unsigned char> const& message) noexcept {
+    asio::error_code ignore;
+    if (!sock.is_open()) return;
+    sock.non_blocking(true, ignore);
+    sock.write_some(asio::buffer(message), ignore);
 }
 
 /// Opens `listener` on any free port, or on the first free one of cfg's port range (starting at

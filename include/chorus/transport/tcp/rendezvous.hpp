@@ -243,6 +243,7 @@ private:
     void accept_hello() { accept_loop<joiner>(*master_, &tcp_rendezvous::on_hello_head); }
 
     void on_hello_head(std::shared_ptr<joiner> const& j, asio::error_code e, std::size_t got) {
+        if (j->settled) return;  // refused meanwhile (a read that had completed still reports)
         auto const& h = j->hello = tcp_wire::decode_hello(j->head.data());
         if (e) return gate_.refuse(*j, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
         if (h.magic != tcp_wire::hello_magic) return gate_.refuse(*j, "not a chorus handshake");
@@ -258,6 +259,7 @@ private:
     }
 
     void on_hello_rest(std::shared_ptr<joiner> const& j, asio::error_code e) {
+        if (j->settled) return;
         auto const token_end = j->rest.begin() + static_cast<std::ptrdiff_t>(j->hello.token_len);
         if (e) return gate_.refuse(*j, "closed during its handshake");
         if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse_rank(*j, "wrong job token");
@@ -303,6 +305,7 @@ private:
     void accept_mesh() { accept_loop<mesh_in>(listener_, &tcp_rendezvous::on_mesh_head); }
 
     void on_mesh_head(std::shared_ptr<mesh_in> const& m, asio::error_code e, std::size_t got) {
+        if (m->settled) return;
         auto const h = tcp_wire::decode_mesh(m->head.data());
         m->rank = h.rank;
         if (e) return gate_.refuse(*m, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
@@ -312,7 +315,7 @@ private:
             return gate_.refuse(*m, "unexpected rank " + std::to_string(h.rank));
         m->token.resize(static_cast<std::size_t>(h.token_len));
         asio::async_read(m->sock, asio::buffer(m->token), [this, m](asio::error_code e2, std::size_t) {
-            if (finished_) return;
+            if (finished_ || m->settled) return;
             if (e2) return gate_.refuse(*m, "closed during its handshake");
             if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return gate_.refuse(*m, "wrong job token");
             auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
@@ -381,12 +384,12 @@ private:
     }
 
     // The master failed: every rank that joined learns why at once (no reply is awaited).
+    // Not once the tables are being sent: a refusal must not land inside a table.
     void tell_joined(failure const& f) {
+        if (!table_.empty()) return;
         auto const message = tcp_wire::encode_refusal(static_cast<std::uint64_t>(f.code), f.blame, f.what);
-        for (auto& j : joined_) {
-            asio::error_code ignore;
-            if (j && j->sock.is_open()) asio::write(j->sock, asio::buffer(message), ignore);
-        }
+        for (auto& j : joined_)
+            if (j) tell(j->sock, message);
     }
 
     template <class Missing>
@@ -406,13 +409,8 @@ private:
     // A hello from what claims to be a chorus rank (its magic was right) that this job refuses:
     // the rank is told why, so that its own error says it, then refused as any stranger.
     void refuse_rank(joiner& j, std::string const& why) {
-        if (!j.settled) {
-            asio::error_code ignore;
-            asio::write(j.sock, asio::buffer(tcp_wire::encode_refusal(static_cast<std::uint64_t>(errc::connection_failed), -1,
-                                                                      "the master refused this rank: " + why)),
-                        ignore);
-        }
-        gate_.refuse(j, why);
+        gate_.refuse(j, why, tcp_wire::encode_refusal(static_cast<std::uint64_t>(errc::connection_failed), -1,
+                                                      "the master refused this rank: " + why));
     }
 
     // Accepts connections on `acceptor` until the rendezvous is over, each through the gate,
