@@ -6,9 +6,10 @@
 // mesh of TCP connections, on standalone Asio (define ASIO_STANDALONE; header <asio.hpp>).
 //
 // This header is light: the configuration (tcp/config.hpp), tcp_transport and the interface
-// of its engine. The engine is in parts under tcp/: the wire format (wire.hpp), the
-// rendezvous that forms the mesh (rendezvous.hpp) and the engine that moves messages
-// (engine.hpp); they need Asio and are most of a TU's compile time (12 of 15 s at -O2 here).
+// of its engine (tcp/interface.hpp). The engine is in parts under tcp/: the wire format
+// (wire.hpp), the rendezvous that forms the mesh (rendezvous.hpp, with gate.hpp and net.hpp),
+// and the engine that moves messages (engine.hpp, connection.hpp); they need Asio and are most
+// of a TU's compile time (12 of 15 s at -O2 here).
 // By default this header includes them (through tcp_impl.hpp) and everything is inline. A
 // program that defines CHORUS_TCP_SEPARATE_COMPILATION (in every TU) instead compiles them
 // once, by including <chorus/transport/tcp_impl.hpp> in one .cpp file, as Asio's
