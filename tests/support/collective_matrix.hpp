@@ -11,11 +11,12 @@
 #include "oracle.hpp"
 
 #include <range/v3/range/conversion.hpp>
-#include <range/v3/view/exclusive_scan.hpp>
 #include <range/v3/view/for_each.hpp>
 #include <range/v3/view/iota.hpp>
 #include <range/v3/view/transform.hpp>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -396,9 +397,11 @@ void alltoallv(Tp& tp, failures& f) {
             rci[static_cast<std::size_t>(i)] = static_cast<int>(count(i, me));
             offset += rci[static_cast<std::size_t>(i)] + 1;
         }
-        // Packed send displacements, as long: the exclusive prefix sums of the counts.
-        auto const sd = sc | views::transform([](std::size_t c) { return static_cast<long>(c); }) |
-                        views::exclusive_scan(0L) | ranges::to<std::vector>();
+        // Packed send displacements, as long: the exclusive prefix sums of the counts. (Not
+        // views::exclusive_scan: g++ 12 warns of a maybe-uninitialised member in it at -O2.)
+        std::vector<long> sd(up);
+        std::transform_exclusive_scan(sc.begin(), sc.end(), sd.begin(), 0L, std::plus<>{},
+                                      [](std::size_t c) { return static_cast<long>(c); });
         std::vector<double> spaced(static_cast<std::size_t>(offset), -7.0);
         chorus::alltoallv(tp, send, sc, sd, spaced, rci, rd);
         std::vector<double> spaced_want(spaced.size(), -7.0);
