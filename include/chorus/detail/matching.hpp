@@ -170,7 +170,6 @@ private:
 class group_failure {
 public:
     bool failed() const noexcept { return rank_ >= 0; }
-    rank_t rank() const noexcept { return rank_; }
 
     /// Records the failure unless one is recorded already; returns whether this call did.
     bool set(rank_t who, std::string const& reason) noexcept {
