@@ -41,14 +41,14 @@ struct tcp_incoming {
 class tcp_gate {
 public:
     /// Each connection of rank `me` gets `grace` to complete its handshake.
-    tcp_gate(asio::io_context& io, rank_t me, std::chrono::milliseconds grace) : io_(io), me_(me), grace_(grace) {}
+    tcp_gate(asio::io_context& io, rank_t me, std::chrono::milliseconds grace) : timers_(io), me_(me), grace_(grace) {}
 
     /// A connection was accepted: its deadline starts; over the cap, the oldest stranger goes.
     void admit(std::shared_ptr<tcp_incoming> const& c) {
         prune();
         strangers_.push_back(c);
         if (strangers_.size() > cap()) refuse(*strangers_.front(), "too many connections without a handshake");
-        after(grace_, [this, c] {
+        timers_.after(grace_, [this, c] {
             if (!c->settled) refuse(*c, "no handshake within " + std::to_string(grace_.count()) + " ms");
         });
     }
@@ -85,16 +85,15 @@ public:
         bool const starved = e == asio::error::no_descriptors || e == asio::error::no_buffer_space ||
                              e == asio::error::no_memory || e.value() == ENFILE;
         if (starved && !strangers_.empty()) refuse(*strangers_.front(), "closed to free a file descriptor");
-        after(std::chrono::milliseconds(10), std::move(again));
+        timers_.after(std::chrono::milliseconds(10), std::move(again));
     }
 
     /// The rendezvous is over: strangers are closed, deadlines cancelled.
     void close_all() noexcept {
-        closed_ = true;
         asio::error_code ignore;
         for (auto& c : strangers_) c->sock.close(ignore);
         for (auto& sock : lingering_) sock.close(ignore);
-        for (auto& t : timers_) t.cancel();
+        timers_.cancel_all();
     }
 
 private:
@@ -109,23 +108,12 @@ private:
         return std::max<std::size_t>(16, static_cast<std::size_t>(l.rlim_cur) / 4);
     }
 
-    // Runs f after `wait` unless the gate closed first; the timer goes once it fired.
-    template <class F>
-    void after(std::chrono::milliseconds wait, F f) {
-        auto const t = timers_.emplace(timers_.end(), io_, wait);
-        t->async_wait([this, t, f = std::move(f)](asio::error_code e) {
-            if (!closed_ && !e) f();
-            timers_.erase(t);
-        });
-    }
-
-    asio::io_context& io_;
+    tcp_timers timers_;  // deadlines and retries, none after close_all()
     rank_t me_;
     std::chrono::milliseconds grace_;
     std::list<std::shared_ptr<tcp_incoming>> strangers_;  // by age; settled ones pruned
-    std::list<asio::steady_timer> timers_;       // pending deadlines and retries
     std::list<asio::ip::tcp::socket> lingering_;  // refused ranks' sockets, their refusal on its way
-    bool failure_said_ = false, closed_ = false;
+    bool failure_said_ = false;
 };
 
 } // namespace chorus::detail

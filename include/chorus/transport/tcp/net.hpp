@@ -6,14 +6,17 @@
 // (CHORUS_SOCKET_IFNAME), socket options, a rank's listening socket (CHORUS_PORT_RANGE), and a
 // launcher's listening socket (CHORUS_MASTER_FD).
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <list>
 #include <string>
 #include <vector>
 
 #include <asio/buffer.hpp>
 #include <asio/ip/address.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
 
 #include <ifaddrs.h>     // getifaddrs: CHORUS_SOCKET_IFNAME
 #include <sys/socket.h>  // getsockname/getsockopt: a launcher's master socket
@@ -60,6 +63,32 @@ inline void tune_socket(asio::ip::tcp::socket& s) {
     s.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
     s.set_option(asio::socket_base::receive_buffer_size(4 << 20), ec);
 }
+
+/// Callbacks after a delay on one io_context, all cancelled at once by cancel_all() (then none
+/// runs any more); a timer goes once it fired. The rendezvous's retries, the gate's deadlines.
+class tcp_timers {
+public:
+    explicit tcp_timers(asio::io_context& io) : io_(io) {}
+
+    template <class F>
+    void after(std::chrono::milliseconds wait, F f) {
+        auto const t = timers_.emplace(timers_.end(), io_, wait);
+        t->async_wait([this, t, f = std::move(f)](asio::error_code e) {
+            if (!cancelled_ && !e) f();
+            timers_.erase(t);
+        });
+    }
+
+    void cancel_all() noexcept {
+        cancelled_ = true;
+        for (auto& t : timers_) t.cancel();
+    }
+
+private:
+    asio::io_context& io_;
+    std::list<asio::steady_timer> timers_;
+    bool cancelled_ = false;
+};
 
 /// Writes what the socket's buffer takes now, never blocking: best effort, for a message a
 /// peer may read before the connection closes (a refusal is far smaller than a fresh

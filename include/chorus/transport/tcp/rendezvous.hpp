@@ -68,7 +68,7 @@ public:
     /// `cfg` is validated (tcp_impl.hpp); rank 0 writes the port it bound into it.
     explicit tcp_rendezvous(tcp_config& cfg)
         : cfg_(cfg), me_(cfg.rank), n_(static_cast<std::size_t>(cfg.size)), io_(std::make_unique<asio::io_context>()),
-          listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_),
+          timers_(*io_), listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_),
           gate_(*io_, cfg.rank, std::min(cfg.timeout, std::chrono::milliseconds(5000))) {}
 
     tcp_mesh run() {
@@ -168,7 +168,7 @@ private:
             if (!e) return send_hello();
             asio::error_code ignore;
             to_master_.close(ignore);
-            retry_after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
+            timers_.after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
         });
     }
 
@@ -290,7 +290,7 @@ private:
         connecting_.push_back(sock);
         sock->async_connect(endpoints_[static_cast<std::size_t>(q)], [this, sock, q, wait](asio::error_code e) {
             if (finished_) return;
-            if (e) return retry_after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
+            if (e) return timers_.after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
             tune_socket(*sock);
             auto hs = std::make_shared<std::vector<unsigned char>>(tcp_wire::encode_mesh(me_, cfg_.job_token));
             asio::async_write(*sock, asio::buffer(*hs), [this, sock, hs, q](asio::error_code e2, std::size_t) {
@@ -342,7 +342,7 @@ private:
         listener_.close(ignore);
         if (master_) master_->close(ignore);
         to_master_.close(ignore);
-        for (auto& t : timers_) t.cancel();
+        timers_.cancel_all();
         for (auto& s : connecting_) s->close(ignore);
         gate_.close_all();
         for (auto& j : joined_)
@@ -430,13 +430,6 @@ private:
         });
     }
 
-    template <class F>
-    void retry_after(milliseconds wait, F f) {
-        auto& t = timers_.emplace_back(*io_, wait);
-        t.async_wait([this, f = std::move(f)](asio::error_code e) {
-            if (!finished_ && !e) f();
-        });
-    }
 
     tcp_config& cfg_;
     rank_t me_;
@@ -447,7 +440,7 @@ private:
     asio::ip::address master_ip_;
     tcp family_ = tcp::v4();
     bool finished_ = false;
-    std::list<asio::steady_timer> timers_;
+    tcp_timers timers_;  // connection retries, none after drain()
     // 1. listen
     tcp::acceptor listener_;
     std::uint16_t my_port_ = 0;
