@@ -3,9 +3,10 @@
 # stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK
-#   CASE: kill | absent | stray | flood | mismatch | exit | signal
-# Each case prints how long the failure took to be reported (for the issue's note; timings
-# are printed, never asserted) and exits non-zero on the first unmet expectation.
+#   CASE: kill | stop | early | absent | stray | flood | mismatch | exit | signal
+# Each case prints how long the failure took to be reported (for the issue's note) and exits
+# non-zero on the first unmet expectation. Bounds are asserted only where they are the
+# contract (a stopped rank named within 10 s, an early exit named at once), with wide margins.
 set -uo pipefail
 case_name=$1 run=$2 check=$3
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/chorus-faults.XXXXXX")
@@ -54,6 +55,44 @@ kill)
     done
     echo "chorusrun exited with $rc $((end - killed)) ms after rank 2 died"
     ;;
+stop)
+    # Rank 2 SIGSTOPs itself in the middle of the allreduce loop: it never exits and its host
+    # still acknowledges every packet, so only the missing heartbeats tell. Every other rank
+    # must name it within 10 s (the collective timeout is 30 s); chorusrun names it too.
+    "$run" -n 4 --timeout-ms 30000 --grace-ms 500 "$check" stop 2 300 >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    expect "$err" "chorusrun: rank 2 failed first (.*named by ranks"
+    stopped=$(sed -n 's/.*rank 2: stopping myself at \([0-9]*\) ms.*/\1/p' "$out")
+    [ -n "$stopped" ] || fail "rank 2 did not say when it stopped"
+    for r in 0 1 3; do
+        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        case $line in *"rank 2 sent nothing"*|*"failed at rank 2"*) ;; *) fail "rank $r's error does not blame rank 2: $line" ;; esac
+        t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
+        [ $((t - stopped)) -lt 10000 ] || fail "rank $r named rank 2 only $((t - stopped)) ms after it stopped"
+        echo "rank $r raised the error $((t - stopped)) ms after rank 2 stopped: ${line#*ms: }"
+    done
+    echo "chorusrun exited with $rc $((end - stopped)) ms after rank 2 stopped: $(grep 'failed first' "$err")"
+    ;;
+early)
+    # Rank 2 returns from main after the first allreduce; the others start a second one. They
+    # must fail at once naming it ("left the group"), not time out (30 s) blaming each other.
+    start=$(now_ms)
+    "$run" -n 4 --timeout-ms 30000 "$check" early 2 300 >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    left=$(sed -n 's/.*rank 2: leaving early at \([0-9]*\) ms.*/\1/p' "$out")
+    [ -n "$left" ] || fail "rank 2 did not say when it left"
+    for r in 0 1 3; do
+        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        case $line in *"rank 2 left the group"*) ;; *) fail "rank $r's error does not say rank 2 left: $line" ;; esac
+        t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
+        [ $((t - left)) -lt 10000 ] || fail "rank $r saw rank 2 leave only after $((t - left)) ms"
+        echo "rank $r raised the error $((t - left)) ms after rank 2 left: ${line#*ms: }"
+    done
+    expect "$err" "chorusrun: rank 2 failed first (exit code 0; named by ranks"
+    echo "the job ended $((end - start)) ms after its start: $(grep 'failed first' "$err")"
+    ;;
 absent)
     # Rank 2 of 3 never joins: the rendezvous times out (3 s) naming it.
     start=$(now_ms)
@@ -61,7 +100,7 @@ absent)
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "rank 0: error at [0-9]* ms: rank 0: rendezvous on 127.0.0.1:[0-9]* timed out after 3000 ms; ranks that never joined: 2"
-    expect "$err" "chorusrun: rank [01] failed first (exit code 1)"
+    expect "$err" "chorusrun: rank 2 failed first (.*named by ranks"
     echo "rank 0: $(grep -o 'rendezvous on.*' "$err")"
     echo "chorusrun exited with $rc after $((end - start)) ms (timeout 3000 ms)"
     ;;

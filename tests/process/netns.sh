@@ -5,7 +5,8 @@
 # namespaces). Each host runs `chorusrun --nnodes 4 --node-rank i -n 1`, MASTER_ADDR is host 0's
 # address. Checks: the seed's examples, a randomized allreduce/alltoallv stress run over IPv4
 # (the mesh on a second network chosen with CHORUS_SOCKET_IFNAME=eth1) and IPv6, the full collective matrix,
-# and the stress run again with 5% of incoming TCP packets dropped by nftables on every host.
+# the stress run again with 5% of incoming TCP packets dropped by nftables on every host, and
+# a host blackholed by nftables in the middle of a job (the others must name it and exit).
 #
 # Usage: netns.sh CHORUSRUN PROCESS_CHECK [EXAMPLE...]
 # Needs root, iproute2 and nftables; exits 77 (ctest: skipped) with the reason otherwise.
@@ -134,6 +135,48 @@ for i in $(seq 0 $((hosts - 1))); do
 done
 echo "nftables dropped $dropped TCP packets during the lossy run"
 [ "$dropped" -gt 0 ] || { echo "FAIL: the drop rule dropped nothing"; failures=$((failures + 1)); }
+
+for i in $(seq 0 $((hosts - 1))); do ip netns exec "$(ns "$i")" nft delete table inet chorus_loss; done
+
+# A blackholed host: in the middle of an allreduce loop host 2 drops every packet, in and out
+# (no FIN, no RST: a crashed machine or a cut cable). Every other host must name rank 2 and
+# exit within 10 s, though the collective timeout is 60 s.
+pids=()
+for i in $(seq 0 $((hosts - 1))); do
+    ip netns exec "$(ns "$i")" "$run" --nnodes $hosts --node-rank "$i" -n 1 --master-addr 192.0.2.10 \
+        --master-port 29500 --timeout-ms 60000 "$check" loop >"$tmp/hole.$i.out" 2>"$tmp/hole.$i.err" &
+    pids+=($!)
+done
+for _ in $(seq 300); do
+    [ "$(cat "$tmp"/hole.*.out 2>/dev/null | grep -c 'in the allreduce loop')" -eq $hosts ] && break
+    sleep 0.1
+done
+sleep 0.5
+ip netns exec "$(ns 2)" nft -f - <<'EOF' || { echo "FAIL: nft"; exit 1; }
+table inet chorus_hole {
+    chain input { type filter hook input priority 0; policy drop; }
+    chain output { type filter hook output priority 0; policy drop; }
+}
+EOF
+holed=$(date +%s%3N)
+bad=0
+for i in 0 1 3; do
+    wait "${pids[$i]}"
+    rc=$? end=$(date +%s%3N)
+    line=$(grep "rank $i: error at" "$tmp/hole.$i.err" | head -1)
+    echo "host $i exited $rc $((end - holed)) ms after host 2 went dark: ${line#*ms: }"
+    case $line in *"rank 2"*) ;; *) bad=1 ;; esac
+    { [ "$rc" -ne 0 ] && [ $((end - holed)) -lt 10000 ]; } || bad=1
+done
+kill -KILL "${pids[2]}" 2>/dev/null
+wait "${pids[2]}" 2>/dev/null
+if [ "$bad" -ne 0 ]; then
+    echo "FAIL: blackholed host"
+    cat "$tmp"/hole.*.err
+    failures=$((failures + 1))
+else
+    echo "ok: blackholed host named by every other host"
+fi
 
 [ "$failures" -eq 0 ] || { echo "$failures job(s) failed"; exit 1; }
 echo "all multi-host jobs passed"

@@ -88,7 +88,9 @@ int stress(chorus::tcp_transport& tp, unsigned seed, int iterations) {
     return report(tp, f, 2L * iterations, "stress");
 }
 
-int kill_mid(chorus::tcp_transport& tp, rank_t victim, int ms) {
+// The victim raises `sig` against itself `ms` after its first allreduce: SIGKILL (a crash) or
+// SIGSTOP (a stopped or hung process, which never exits by itself).
+int signal_mid(chorus::tcp_transport& tp, rank_t victim, int ms, int sig) {
     std::printf("rank %d: in the allreduce loop\n", tp.rank());
     std::fflush(stdout);
     std::vector<float> v(1u << 20, 1.0f);  // 4 MiB: each allreduce takes a while
@@ -97,11 +99,11 @@ int kill_mid(chorus::tcp_transport& tp, rank_t victim, int ms) {
         // The clock starts once the first allreduce is done (slow under a sanitizer), so the
         // victim dies in the middle of a later one.
         if (i == 0 && tp.rank() == victim) {
-            std::thread([ms, victim] {
+            std::thread([ms, victim, sig] {
                 std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-                std::printf("rank %d: killing myself at %lld ms\n", victim, epoch_ms());
+                std::printf("rank %d: %s myself at %lld ms\n", victim, sig == SIGKILL ? "killing" : "stopping", epoch_ms());
                 std::fflush(stdout);
-                std::raise(SIGKILL);
+                std::raise(sig);
             }).detach();
         }
     }
@@ -128,7 +130,21 @@ int main(int argc, char** argv) {
         }
         if (mode == "stress") return stress(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 50));
         if (mode == "late") return stress(tp, 7, 10);
-        if (mode == "kill") return kill_mid(tp, arg(2, 1), arg(3, 300));
+        if (mode == "kill") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGKILL);
+        if (mode == "stop") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGSTOP);
+        if (mode == "loop") return signal_mid(tp, -1, 0, 0);  // until the group fails
+        if (mode == "early") {  // the victim returns after the first allreduce; the others do another
+            std::vector<double> v(1000, 1.0);
+            chorus::allreduce(tp, v, chorus::sum{});
+            if (tp.rank() == arg(2, 1)) {
+                std::printf("rank %d: leaving early at %lld ms\n", tp.rank(), epoch_ms());
+                return 0;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(arg(3, 300)));
+            chorus::allreduce(tp, v, chorus::sum{});
+            std::printf("rank %d: the second allreduce returned\n", tp.rank());
+            return 2;
+        }
         if (mode == "mismatch") {
             std::vector<double> v(tp.rank() == 1 ? 1001 : 1000, 1.0);
             chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});

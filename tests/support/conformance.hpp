@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace conformance {
@@ -177,6 +178,8 @@ TEST_CASE_TEMPLATE_DEFINE("transport conformance", Runner, transport_conformance
                 if (tp.rank() == 0) {
                     std::vector<std::uint32_t> v(1);
                     chorus::recv(tp, 1, v, 77);
+                } else {
+                    std::this_thread::sleep_for(800ms);  // in the group, sending nothing (leaving would say so)
                 }
             });
         }, 300ms);

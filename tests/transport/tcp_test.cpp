@@ -125,7 +125,8 @@ static_assert(chorus::host_transport<staged_model>);
 char const* const launcher_variables[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE", "CHORUS_MAX_MESSAGE_BYTES",
+    "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+    "CHORUS_BLAME_FD", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_HEARTBEAT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE", "CHORUS_MAX_MESSAGE_BYTES",
     "CHORUS_MASTER_FD"};
 
 void unset_launcher_env() {
@@ -458,6 +459,38 @@ TEST_CASE("tcp: a rank with another job's token is told so by the master") {
     CHECK_MESSAGE(seen[1].what.find("the master refused this rank: wrong job token") != std::string::npos, seen[1].what);
 }
 
+TEST_CASE("tcp: two jobs on one master port never join: the second master says the port is taken, its ranks are refused") {
+    // Job B (another token) starts on job A's port while A's rendezvous runs.
+    conformance::outcomes job_b(2);
+    std::vector<std::thread> b;
+    std::vector<int> sums;
+    std::mutex mutex;
+    auto start_b = [&](std::uint16_t port) {
+        for (rank_t r = 0; r < 2; ++r)
+            b.emplace_back([&, r, port] {
+                chorus::tcp_config c;
+                c.rank = r;
+                c.size = 2;
+                c.master_port = port;
+                c.timeout = 20s;
+                c.job_token = "job B";
+                job_b.record(r, [&] { chorus::tcp_transport never(std::move(c)); });
+            });
+    };
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        std::vector<int> v{tp.rank() + 1};
+        chorus::allreduce(tp, v);
+        std::lock_guard lock(mutex);
+        sums.push_back(v[0]);
+    }, 20s, "127.0.0.1", start_b);
+    for (auto& t : b) t.join();
+    CHECK(sums == std::vector<int>{3, 3});  // A is untouched
+    REQUIRE(job_b[0].threw);
+    CHECK_MESSAGE(job_b[0].what.find("the port is in use") != std::string::npos, job_b[0].what);
+    REQUIRE(job_b[1].threw);
+    CHECK_MESSAGE(job_b[1].what.find("wrong job token") != std::string::npos, job_b[1].what);
+}
+
 TEST_CASE("tcp: a message over CHORUS_MAX_MESSAGE_BYTES before its receive fails the group naming its sender") {
     // Rank 0 accepts at most 1000 unexpected bytes: 1000 arrive unasked and are delivered, 4000
     // arrive unasked and fail the group on both ranks before anything is allocated for them;
@@ -509,23 +542,75 @@ TEST_CASE("tcp: a peer's abort reason arrives with its control characters escape
     CHECK(seen[0].what.find_first_of("\n\r\x1b") == std::string::npos);
 }
 
-TEST_CASE("tcp: a peer that leaves with goodbye is not a failure, a waiting receive times out") {
-    std::mutex mutex;
-    std::vector<conformance::outcome> seen(2);
+TEST_CASE("tcp: a rank that leaves early fails the receive waiting for it at once, naming it") {
+    conformance::outcomes seen(2);
+    std::atomic<long long> failed_after_ms{-1};
     tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
-        if (tp.rank() == 1) return;  // leaves at once: goodbye, then EOF
-        std::this_thread::sleep_for(100ms);
+        if (tp.rank() == 1) return;  // leaves at once: goodbye, end of stream
+        auto const start = std::chrono::steady_clock::now();
         std::vector<int> v(1);
-        try {
-            chorus::recv(tp, 1, v, 3);
-        } catch (chorus::transport_error const& e) {
-            std::lock_guard lock(mutex);
-            seen[0] = {true, e.code(), e.peer(), e.what()};
-        }
-    }, 400ms);
-    CHECK(seen[0].threw);
-    CHECK(seen[0].code == chorus::errc::timeout);
+        seen.record(0, [&] { chorus::recv(tp, 1, v, 3); });
+        failed_after_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    }, 20s);
+    REQUIRE(seen[0].threw);
+    CHECK(seen[0].code == chorus::errc::peer_failed);
     CHECK(seen[0].peer == 1);
+    CHECK_MESSAGE(seen[0].what.find("rank 1 left the group") != std::string::npos, seen[0].what);
+    CHECK(failed_after_ms.load() < 10000);  // not the 20 s timeout (a generous margin under load)
+}
+
+TEST_CASE("tcp: a rank that leaves early does not wait for the others, who go on without it") {
+    std::atomic<long long> leave_ms{-1};
+    std::vector<int> got(1, -1);
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+        if (tp.rank() == 2) {  // done at once: its transport goes while the others still work
+            chorus::tcp_transport mine(std::move(tp));
+            auto const start = std::chrono::steady_clock::now();
+            { auto gone = std::move(mine); }
+            leave_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+            return;
+        }
+        std::this_thread::sleep_for(1500ms);  // outlives rank 2's leaving by far
+        std::vector<int> v{tp.rank() + 10};
+        if (tp.rank() == 0) chorus::recv(tp, 1, got, 4);
+        else chorus::send(tp, 0, v, 4);
+    }, 20s);
+    CHECK(got[0] == 11);
+    CHECK(leave_ms.load() >= 0);
+    CHECK(leave_ms.load() < 1000);  // did not wait for goodbyes from ranks still at work
+}
+
+TEST_CASE("tcp: a transport destroyed by an exception aborts the group with the reason") {
+    conformance::outcomes seen(2);
+    CHECK_THROWS_WITH(tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        if (tp.rank() == 1) {
+            chorus::tcp_transport mine(std::move(tp));  // the runner's own abort then finds nothing
+            throw std::runtime_error("a check of the user's failed");
+        }
+        std::vector<int> v(1);
+        seen.record(0, [&] { chorus::recv(tp, 1, v, 3); });
+    }, 20s), "a check of the user's failed");
+    REQUIRE(seen[0].threw);
+    CHECK(seen[0].code == chorus::errc::peer_failed);
+    CHECK(seen[0].peer == 1);
+    CHECK_MESSAGE(seen[0].what.find("rank 1 left the group by an exception") != std::string::npos, seen[0].what);
+}
+
+TEST_CASE("tcp: liveness: a rank computing longer than the heartbeat limit is alive, CHORUS_TIMEOUT_MS=0 waits") {
+    // Heartbeats every 50 ms, silence limit 250 ms: rank 1 computes for 1.2 s outside the
+    // transport (its heartbeat thread keeps beating) and rank 0 waits for it with no timeout.
+    std::vector<int> got(1, -1);
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        std::vector<int> v{42};
+        if (tp.rank() == 1) {
+            std::this_thread::sleep_for(1200ms);
+            chorus::send(tp, 0, v, 5);
+        } else {
+            chorus::recv(tp, 1, got, 5);
+        }
+        chorus::barrier(tp);
+    }, 0ms, "127.0.0.1", {}, -1, [](chorus::tcp_config& c) { c.heartbeat = 50ms; });
+    CHECK(got[0] == 42);
 }
 
 TEST_CASE("tcp: destroying a pending receive aborts the group on every rank") {
@@ -617,9 +702,19 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("LOW-HIGH"), chorus::invalid_argument);
     ::setenv("CHORUS_PORT_RANGE", "1-70000", 1);
     CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("out of range"), chorus::invalid_argument);
-    ::setenv("CHORUS_TIMEOUT_MS", "0", 1);
     ::unsetenv("CHORUS_PORT_RANGE");
-    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("positive"), chorus::invalid_argument);
+    ::setenv("CHORUS_TIMEOUT_MS", "0", 1);  // no collective timeout; liveness and the set-up bound stay
+    ::setenv("CHORUS_HEARTBEAT_MS", "250", 1);
+    c = chorus::tcp_transport::config_from_env();
+    CHECK(c.timeout == 0ms);
+    CHECK(c.heartbeat == 250ms);
+    CHECK(chorus::detail::setup_timeout(c) == 30000ms);
+    ::setenv("CHORUS_TIMEOUT_MS", "-1", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_TIMEOUT_MS"), chorus::invalid_argument);
+    ::setenv("CHORUS_HEARTBEAT_MS", "soon", 1);
+    ::unsetenv("CHORUS_TIMEOUT_MS");
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_HEARTBEAT_MS"), chorus::invalid_argument);
+    ::unsetenv("CHORUS_HEARTBEAT_MS");
 
     // Slurm: no MASTER_*; the master is the first node of the job, the port follows the job id.
     unset_launcher_env();
@@ -633,7 +728,29 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     CHECK(c.size == 8);
     CHECK(c.local_rank == 1);
     CHECK(c.master_addr == "gpu07");
-    CHECK(c.master_port == 10000 + 123456 % 50000);
+    CHECK(c.master_port == 10000 + (123456 % 50000 * 131) % 50000);
+    CHECK(c.job_token == "slurm:123456.batch");  // no CHORUS_JOB_TOKEN: the job is the token
+    // Two steps of one allocation running at once: their own ports and tokens.
+    ::setenv("SLURM_STEP_ID", "0", 1);
+    auto const step0 = chorus::tcp_transport::config_from_env();
+    ::setenv("SLURM_STEP_ID", "1", 1);
+    auto const step1 = chorus::tcp_transport::config_from_env();
+    CHECK(step0.master_port != step1.master_port);
+    CHECK(step0.job_token == "slurm:123456.0");
+    CHECK(step1.job_token == "slurm:123456.1");
+    ::setenv("CHORUS_JOB_TOKEN", "secret", 1);  // an explicit token wins
+    CHECK(chorus::tcp_transport::config_from_env().job_token == "secret");
+
+    // torchrun's run id and Open MPI's namespace identify their jobs the same way.
+    unset_launcher_env();
+    ::setenv("RANK", "0", 1);
+    ::setenv("WORLD_SIZE", "1", 1);
+    ::setenv("MASTER_PORT", "29500", 1);
+    CHECK(chorus::tcp_transport::config_from_env().job_token.empty());
+    ::setenv("PMIX_NAMESPACE", "prterun-host-1234@1", 1);
+    CHECK(chorus::tcp_transport::config_from_env().job_token == "ompi:prterun-host-1234@1");
+    ::setenv("TORCHELASTIC_RUN_ID", "job-7", 1);
+    CHECK(chorus::tcp_transport::config_from_env().job_token == "torchelastic:job-7");
 
     // Open MPI's names.
     unset_launcher_env();

@@ -18,7 +18,14 @@
 // are forwarded to every rank's process group. When a rank exits non-zero or dies, the others
 // get --stop-after-ms to exit by themselves (chorus propagates a failure to every rank, so they
 // normally do, each printing its error), then SIGTERM, then SIGKILL after --grace-ms; chorusrun
-// then exits with the first failed rank's status, after a line naming it.
+// then exits with the first failed rank's status, after a line naming the rank that failed
+// first: the one the ranks' own reports blame (below), else a rank killed by a signal chorusrun
+// did not send, else the first to exit non-zero.
+//
+// Blame. Each rank's transport reports the rank it blames for a failure of its group (a dead,
+// stopped or departed peer, not the first rank that noticed) on a pipe chorusrun hands down as
+// CHORUS_BLAME_FD, one line "chorus-blame REPORTER BLAMED". A stopped rank never exits and
+// one that left early may exit 0: only the survivors' reports can name them.
 
 #include <cerrno>
 #include <chrono>
@@ -29,6 +36,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <map>
 #include <string>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -221,7 +229,7 @@ struct rank_process {
 
 void set_cloexec(int fd) { ::fcntl(fd, F_SETFD, FD_CLOEXEC); }
 
-pid_t spawn(options const& o, int rank, int local_rank, int master_fd, std::string const& port,
+pid_t spawn(options const& o, int rank, int local_rank, int master_fd, int blame_fd, std::string const& port,
             std::string const& token, int& out_fd, int& err_fd) {
     int out[2], err[2];
     if (::pipe(out) != 0 || ::pipe(err) != 0) {
@@ -265,6 +273,7 @@ pid_t spawn(options const& o, int rank, int local_rank, int master_fd, std::stri
         set("MASTER_PORT", port);
         set("CHORUS_JOB_TOKEN", token);
         if (o.timeout_ms) set("CHORUS_TIMEOUT_MS", std::to_string(o.timeout_ms));
+        set("CHORUS_BLAME_FD", std::to_string(blame_fd));
         if (master_fd >= 0 && rank == 0) {
             set("CHORUS_MASTER_FD", std::to_string(master_fd));
         } else {
@@ -319,6 +328,45 @@ bool pump(int fd, std::string& partial, int rank, int to) {
     return true;
 }
 
+// The ranks' blame reports (see the top): which rank the most of them name.
+struct blame_board {
+    int fd = -1;  // the pipe's read end; -1 once it ended
+    std::string partial;
+    std::vector<std::pair<int, int>> reports;  // reporter, blamed; in arrival order
+
+    void read() {
+        char buf[4096];
+        ssize_t const n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+        if (n <= 0) {
+            ::close(fd);
+            fd = -1;
+            return;
+        }
+        partial.append(buf, static_cast<std::size_t>(n));
+        for (std::size_t nl; (nl = partial.find('\n')) != std::string::npos; partial.erase(0, nl + 1)) {
+            int reporter = -1, blamed = -1;
+            if (std::sscanf(partial.substr(0, nl).c_str(), "chorus-blame %d %d", &reporter, &blamed) == 2 && blamed >= 0)
+                reports.emplace_back(reporter, blamed);
+        }
+    }
+    /// The rank named by the most reports (the earliest named among equals), or -1.
+    int culprit() const {
+        std::map<int, int> votes;
+        for (auto const& r : reports) ++votes[r.second];
+        int best = -1;
+        for (auto const& r : reports)
+            if (best < 0 || votes.at(r.second) > votes.at(best)) best = r.second;
+        return best;
+    }
+    std::string reporters_of(int blamed) const {
+        std::string list;
+        for (auto const& r : reports)
+            if (r.second == blamed && r.first != blamed) list += (list.empty() ? "" : ", ") + std::to_string(r.first);
+        return list;
+    }
+};
+
 std::string describe(int status) {
     if (WIFEXITED(status)) return "exit code " + std::to_string(WEXITSTATUS(status));
     if (WIFSIGNALED(status)) {
@@ -355,13 +403,24 @@ int main(int argc, char** argv) {
     if (o.verbose)
         std::fprintf(stderr, "chorusrun: %d rank(s), rendezvous at %s:%d\n", o.nproc * o.nnodes, o.master_addr.c_str(), port);
 
+    blame_board blame;
+    int blame_pipe[2];
+    if (::pipe(blame_pipe) != 0) {
+        std::perror("chorusrun: pipe");
+        return 1;
+    }
+    set_cloexec(blame_pipe[0]);
+    ::fcntl(blame_pipe[0], F_SETFL, O_NONBLOCK);
+    blame.fd = blame_pipe[0];
+
     std::vector<rank_process> ranks(static_cast<std::size_t>(o.nproc));
     for (int l = 0; l < o.nproc; ++l) {
         auto& r = ranks[static_cast<std::size_t>(l)];
         r.rank = o.node_rank * o.nproc + l;
-        r.pid = spawn(o, r.rank, l, master_fd, std::to_string(port), token, r.out, r.err);
+        r.pid = spawn(o, r.rank, l, master_fd, blame_pipe[1], std::to_string(port), token, r.out, r.err);
     }
     if (master_fd >= 0) ::close(master_fd);  // rank 0 has its own copy now
+    ::close(blame_pipe[1]);                   // the ranks have theirs: the pipe ends with them
 
     int first_failed = -1;  // index into ranks
     int signalled = 0;      // a signal we forwarded; we exit 128 + it
@@ -380,6 +439,8 @@ int main(int argc, char** argv) {
         std::vector<std::pair<rank_process*, bool>> owner;  // rank, is stderr
         fds.push_back({signal_pipe[0], POLLIN, 0});
         owner.push_back({nullptr, false});
+        fds.push_back({blame.fd, POLLIN, 0});  // ignored by poll once -1
+        owner.push_back({nullptr, true});
         for (auto& r : ranks) {
             if (r.out >= 0) {
                 fds.push_back({r.out, POLLIN, 0});
@@ -390,7 +451,7 @@ int main(int argc, char** argv) {
                 owner.push_back({&r, true});
             }
         }
-        if (running == 0 && fds.size() == 1) break;
+        if (running == 0 && fds.size() == 2 && blame.fd < 0) break;
 
         auto const now = clock_type::now();
         if (now >= stop_at) {
@@ -413,7 +474,8 @@ int main(int argc, char** argv) {
             return 1;
         }
 
-        for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (blame.fd >= 0 && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) blame.read();
+        for (std::size_t i = 2; i < fds.size(); ++i) {
             if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             auto [r, is_err] = owner[i];
             int& fd = is_err ? r->err : r->out;
@@ -476,9 +538,14 @@ int main(int argc, char** argv) {
         return 128 + signalled;
     }
     if (first_failed >= 0) {
-        auto const& r = ranks[static_cast<std::size_t>(first_failed)];
-        std::fprintf(stderr, "chorusrun: rank %d failed first (%s)\n", r.rank, describe(r.status).c_str());
-        return exit_code(r.status);
+        auto const& failed = ranks[static_cast<std::size_t>(first_failed)];
+        // The rank the reports blame, if it is one of ours; its status says how it ended (a
+        // stopped rank: by chorusrun's signal; one that left early: maybe exit code 0).
+        int const named = blame.culprit() - o.node_rank * o.nproc;
+        auto const& r = named >= 0 && named < o.nproc ? ranks[static_cast<std::size_t>(named)] : failed;
+        std::string const by = &r == &failed ? std::string() : "; named by ranks " + blame.reporters_of(r.rank);
+        std::fprintf(stderr, "chorusrun: rank %d failed first (%s%s)\n", r.rank, describe(r.status).c_str(), by.c_str());
+        return exit_code(exit_code(r.status) != 0 ? r.status : failed.status);
     }
     return 0;
 }

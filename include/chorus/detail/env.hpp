@@ -85,13 +85,20 @@ struct launch_env {
     rank_t rank = 0, size = 1, local_rank = 0;
     std::string master_addr = "127.0.0.1";
     std::uint16_t master_port = 0;
+    /// What identifies this job to its launcher, where one says: "slurm:JOB.STEP",
+    /// "torchelastic:RUN_ID", "ompi:NAMESPACE"; empty otherwise. Two jobs never share it, so it
+    /// serves as the job token where CHORUS_JOB_TOKEN is not set.
+    std::string identity;
 };
 
 /// The launcher's variables, torchrun's names first:
 /// - RANK, WORLD_SIZE, LOCAL_RANK; else Slurm's SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID;
 ///   else Open MPI's OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK;
 /// - MASTER_ADDR (else the first host of SLURM_JOB_NODELIST, else 127.0.0.1), MASTER_PORT
-///   (required, except under Slurm, where 10000 + SLURM_JOB_ID % 50000 gives every job its own).
+///   (required, except under Slurm, where 10000 + (131 SLURM_JOB_ID + SLURM_STEP_ID) % 50000
+///   gives every job step its own: two steps of one allocation run at once);
+/// - the job's identity: SLURM_JOB_ID and SLURM_STEP_ID, else TORCHELASTIC_RUN_ID, else
+///   PMIX_NAMESPACE or OMPI_MCA_ess_base_jobid.
 /// Throws invalid_argument naming the variables that are missing or malformed.
 inline launch_env read_launch_env(env_reader const& env) {
     std::string const rank = env.get({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"});
@@ -108,8 +115,18 @@ inline launch_env read_launch_env(env_reader const& env) {
     l.size = static_cast<rank_t>(env.number(size, "WORLD_SIZE"));
     if (std::string v = env.get({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"}); !v.empty())
         l.local_rank = static_cast<rank_t>(env.number(v, "LOCAL_RANK"));
-    l.master_port = !port.empty() ? env.port(port, "MASTER_PORT")
-                                  : static_cast<std::uint16_t>(10000 + env.number(slurm_job, "SLURM_JOB_ID") % 50000);
+    if (!slurm_job.empty()) {
+        std::string const step = env.get({"SLURM_STEP_ID"});
+        long long const job = env.number(slurm_job, "SLURM_JOB_ID");
+        long long const step_id = step.empty() ? 0 : env.number(step, "SLURM_STEP_ID") % 1000000;
+        l.identity = "slurm:" + slurm_job + "." + (step.empty() ? "batch" : step);
+        l.master_port = static_cast<std::uint16_t>(10000 + (job % 50000 * 131 + step_id) % 50000);
+    } else if (std::string run = env.get({"TORCHELASTIC_RUN_ID"}); !run.empty()) {
+        l.identity = "torchelastic:" + run;
+    } else if (std::string ns = env.get({"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}); !ns.empty()) {
+        l.identity = "ompi:" + ns;
+    }
+    if (!port.empty()) l.master_port = env.port(port, "MASTER_PORT");
     if (std::string a = env.get({"MASTER_ADDR"}); !a.empty())
         l.master_addr = a;
     else if (std::string nodes = env.get({"SLURM_JOB_NODELIST", "SLURM_NODELIST"}); !nodes.empty())

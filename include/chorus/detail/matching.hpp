@@ -107,6 +107,8 @@ public:
         op.posted = false;
     }
 
+    bool has_receives() const noexcept { return !receives_.empty(); }
+
     /// The group failed: no receive waits for a message any more.
     void drop_receives() noexcept {
         for (auto& r : receives_) r->posted = false;
@@ -196,6 +198,12 @@ private:
     rank_t rank_ = -1;
     std::string reason_;
 };
+
+/// When a wait of `timeout` that starts now ends; a timeout of 0 means none (ten years).
+inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept {
+    auto const now = std::chrono::steady_clock::now();
+    return now + (timeout.count() > 0 ? timeout : std::chrono::milliseconds(std::chrono::hours(24 * 3650)));
+}
 
 /// The end of a wait of rank `me` on `op` (the engine has handled a group failure first):
 /// returns if `op` completed; otherwise fails the group through `abort(text)` and throws the

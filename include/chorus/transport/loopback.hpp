@@ -38,7 +38,8 @@
 namespace chorus {
 
 struct loopback_options {
-    /// How long any wait may block before it fails with timeout_error (Gloo's default).
+    /// How long any wait may block before it fails with timeout_error (Gloo's default); 0: no
+    /// bound.
     std::chrono::milliseconds timeout{std::chrono::seconds(30)};
 };
 
@@ -93,7 +94,7 @@ public:
         rank_t const me = r->me;
         mailbox& box = box_of(me);
         std::unique_lock lock(box.mutex);
-        auto const deadline = std::chrono::steady_clock::now() + options_.timeout;
+        auto const deadline = deadline_after(options_.timeout);
         bool const finished = box.ready.wait_until(lock, deadline, [&] { return r->done || failed_.load(); });
         std::string hint;
         if (!r->done) {

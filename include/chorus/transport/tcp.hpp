@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <span>
 #include <string>
@@ -42,6 +43,27 @@ public:
         : rank_(config.rank), size_(config.size), local_rank_(config.local_rank), timeout_(config.timeout),
           engine_(detail::connect_tcp(std::move(config))) {}
 
+    tcp_transport(tcp_transport&& other) noexcept = default;
+    tcp_transport& operator=(tcp_transport&& other) noexcept {
+        if (this != &other) {
+            leave();
+            rank_ = other.rank_;
+            size_ = other.size_;
+            local_rank_ = other.local_rank_;
+            timeout_ = other.timeout_;
+            sequence_ = other.sequence_;
+            engine_ = std::move(other.engine_);
+            unwinding_ = std::uncaught_exceptions();
+        }
+        return *this;
+    }
+
+    /// Leaves the group: a goodbye to every peer, whose waits for this rank then fail naming
+    /// it ("rank 2 left the group"). Destroyed by an exception unwinding the stack (a check of
+    /// the user's that threw), it aborts the group instead: the peers fail at once, with the
+    /// reason, rather than at their next wait for this rank.
+    ~tcp_transport() { leave(); }
+
     /// tcp_config_from_env(): the launcher's variables and CHORUS_* settings.
     static tcp_config config_from_env() { return tcp_config_from_env("tcp_transport::from_env"); }
 
@@ -63,16 +85,28 @@ public:
     std::uint64_t next_sequence() noexcept { return sequence_++; }
     void abort(char const* reason) noexcept {
         try {
-            engine_->abort(reason ? reason : "aborted");
+            if (engine_) engine_->abort(reason ? reason : "aborted");
         } catch (...) {  // the reason's copy failed to allocate: the group stays as it was
         }
     }
 
 private:
+    void leave() noexcept {
+        if (engine_ && std::uncaught_exceptions() > unwinding_) {
+            try {
+                engine_->abort("rank " + std::to_string(rank_) +
+                               " left the group by an exception (its transport was destroyed while it unwound the stack)");
+            } catch (...) {  // no memory for the text: the peers see the connection close
+            }
+        }
+        engine_.reset();
+    }
+
     rank_t rank_, size_, local_rank_;
     std::chrono::milliseconds timeout_;
     std::uint64_t sequence_ = 0;
     std::unique_ptr<detail::tcp_engine> engine_;
+    int unwinding_ = std::uncaught_exceptions();  // exceptions in flight where this transport was made
 };
 
 } // namespace chorus

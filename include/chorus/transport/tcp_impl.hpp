@@ -42,8 +42,13 @@ inline void validate(tcp_config& cfg) {
 CHORUS_TCP_DECL std::unique_ptr<tcp_engine> connect_tcp(tcp_config config) {
     validate(config);
     tcp_mesh mesh;
-    if (config.size > 1) mesh = tcp_rendezvous(config).run();
-    else mesh.sockets.resize(1);
+    try {
+        if (config.size > 1) mesh = tcp_rendezvous(config).run();
+        else mesh.sockets.resize(1);
+    } catch (transport_error const& e) {  // a rank that never joined, or refused us
+        report_blame(config.blame_fd, config.rank, e.peer());
+        throw;
+    }
     return std::make_unique<tcp_socket_engine>(config, std::move(mesh.io), std::move(mesh.sockets));
 }
 

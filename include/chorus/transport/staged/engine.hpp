@@ -145,7 +145,7 @@ public:
 
     void wait(op_ptr const& op) {
         check_device();
-        auto const deadline = clock::now() + timeout_;
+        auto const deadline = deadline_after(timeout_);
         for (;;) {
             progress();
             if (op->done) break;
@@ -294,7 +294,7 @@ private:
     // True once every peer said goodbye (its copies into our FIFO are complete, it closed it).
     bool goodbye() {
         for (rank_t r = 0; r < size(); ++r) send_control(r, {staged_control::bye, 0, 0, 0, 0, 0});
-        auto const deadline = clock::now() + timeout_;
+        auto const deadline = deadline_after(timeout_);
         auto const finished = [&] {
             return std::ranges::all_of(peers_, [](peer_state const& q) { return q.said_bye && q.control_sends.empty(); });
         };

@@ -38,8 +38,16 @@ struct tcp_config {
     /// Port range [port_min, port_max] for this rank's listening socket (CHORUS_PORT_RANGE), for
     /// sites whose firewall opens only some ports. Both 0: any ephemeral port.
     std::uint16_t port_min = 0, port_max = 0;
-    /// Bounds every wait, the rendezvous, and the goodbye exchange at shutdown.
+    /// Bounds every wait of a send or receive (CHORUS_TIMEOUT_MS). 0: waits are not bounded
+    /// (long jobs whose ranks drift far apart); liveness (heartbeat) still finds a dead or
+    /// stopped rank, and the rendezvous and shutdown keep the default bound.
     std::chrono::milliseconds timeout{30000};
+    /// Liveness (CHORUS_HEARTBEAT_MS): every connection carries a heartbeat this often, sent by
+    /// a thread of the transport whatever its owner is doing, and a rank that hears nothing from
+    /// a peer for five of these while it waits in the transport fails the group naming that
+    /// peer (stopped, hung in the kernel, or its host unreachable). The kernel's keepalive and
+    /// TCP_USER_TIMEOUT back it up. 0: no heartbeats (the collective timeout alone).
+    std::chrono::milliseconds heartbeat{1000};
     /// How long a wait polls (yielding the core in between) before it blocks (CHORUS_SPIN_US).
     /// On an idle host a blocked ppoll wakes up late — a sleeping core takes tens of
     /// microseconds: 170 us per 8-byte allreduce on the 2-core CI VM, against 13 us spinning —
@@ -51,7 +59,12 @@ struct tcp_config {
     /// sender, before anything is allocated. 0: half of the host's physical memory. Messages
     /// whose receive is posted go straight into its buffer and are not limited.
     std::size_t max_message_bytes = 0;
-    /// Must be equal on all ranks of a job; connections with another token are ignored.
+    /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD, a pipe
+    /// chorusrun reads to name the root cause): one line "chorus-blame RANK BLAMED". -1: none.
+    int blame_fd = -1;
+    /// Must be equal on all ranks of a job; connections with another token are refused, and told
+    /// so. From CHORUS_JOB_TOKEN, else the launcher's job identity (Slurm's job and step, torchrun's
+    /// run id, Open MPI's namespace): two jobs that meet on one port never join each other.
     std::string job_token;
     /// Called by rank 0 once its master socket is listening, with the bound port. With
     /// master_port 0 the system picks a free port: tests pass it to the other ranks this way.
@@ -61,8 +74,9 @@ struct tcp_config {
 /// The configuration a launcher describes in the environment (detail::read_launch_env: RANK,
 /// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or their Slurm and Open MPI counterparts;
 /// "[::1]" is accepted as MASTER_ADDR), and chorus's own CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS,
-/// CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_SOCKET_IFNAME, CHORUS_PORT_RANGE ("lo-hi") and, for rank 0,
-/// CHORUS_MASTER_FD (set by chorusrun). Errors name `caller` and the variable.
+/// CHORUS_HEARTBEAT_MS, CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_SOCKET_IFNAME,
+/// CHORUS_PORT_RANGE ("lo-hi"), CHORUS_BLAME_FD and, for rank 0, CHORUS_MASTER_FD (both set by
+/// chorusrun). Errors name `caller` and the variable.
 inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_env") {
     detail::env_reader const env(caller);
     detail::launch_env const l = detail::read_launch_env(env);
@@ -73,7 +87,9 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
     c.master_addr = l.master_addr;
     c.master_port = l.master_port;
     c.job_token = env.get({"CHORUS_JOB_TOKEN"});
-    c.timeout = std::chrono::milliseconds(env.number_at_least("CHORUS_TIMEOUT_MS", 1, c.timeout.count()));
+    if (c.job_token.empty()) c.job_token = l.identity;  // two jobs never join each other
+    c.timeout = std::chrono::milliseconds(env.number_at_least("CHORUS_TIMEOUT_MS", 0, c.timeout.count()));
+    c.heartbeat = std::chrono::milliseconds(env.number_at_least("CHORUS_HEARTBEAT_MS", 0, c.heartbeat.count()));
     c.spin = std::chrono::microseconds(env.number_at_least("CHORUS_SPIN_US", 0, c.spin.count()));
     c.max_message_bytes = static_cast<std::size_t>(env.number_at_least("CHORUS_MAX_MESSAGE_BYTES", 1, 0));
     c.socket_ifname = env.get({"CHORUS_SOCKET_IFNAME"});
@@ -84,9 +100,21 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
         c.port_max = env.port(r.substr(dash + 1), "CHORUS_PORT_RANGE");
         if (c.port_min > c.port_max) env.fail("CHORUS_PORT_RANGE is empty: '" + r + "'");
     }
+    if (std::string fd = env.get({"CHORUS_BLAME_FD"}); !fd.empty())
+        c.blame_fd = static_cast<int>(env.number(fd, "CHORUS_BLAME_FD"));
     if (std::string fd = env.get({"CHORUS_MASTER_FD"}); !fd.empty() && c.rank == 0)
         c.master_fd = static_cast<int>(env.number(fd, "CHORUS_MASTER_FD"));
     return c;
 }
+
+namespace detail {
+
+/// The bound of the rendezvous and of the goodbye at shutdown: the timeout, or 30 s where
+/// waits are unbounded (a rank that never starts must still be reported).
+inline std::chrono::milliseconds setup_timeout(tcp_config const& c) noexcept {
+    return c.timeout.count() > 0 ? c.timeout : std::chrono::milliseconds(30000);
+}
+
+} // namespace detail
 
 } // namespace chorus

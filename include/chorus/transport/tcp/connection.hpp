@@ -8,15 +8,22 @@
 // a small message and the headers after it take one recv; a payload with a posted receive is
 // copied from staging, and recv'd straight into the user's buffer once what remains is larger
 // than staging; an unexpected one goes to a heap buffer.
+//
+// The engine's heartbeat thread writes to the connection too (send_heartbeat): every write
+// happens under the connection's write lock, and a heartbeat goes only between frames (a
+// half-written frame or heartbeat is finished first, by whoever writes next).
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <utility>
 #include <vector>
@@ -77,7 +84,9 @@ struct tcp_message {
 /// One connection and the state of its two directions: what is written (frames queued, the
 /// first one maybe half sent) and what is read (staged bytes, the frame arriving).
 struct tcp_peer {
-    tcp_peer(rank_t r, asio::ip::tcp::socket s) : rank(r), sock(std::move(s)), staging(64 * 1024) {}
+    tcp_peer(rank_t r, asio::ip::tcp::socket s) : rank(r), sock(std::move(s)), staging(64 * 1024) {
+        tcp_wire::encode(heartbeat.data(), {tcp_wire::frame_heartbeat, 0, 0});
+    }
     rank_t rank;
     asio::ip::tcp::socket sock;
     // reading: staging[begin, end) holds bytes received but not yet consumed
@@ -90,38 +99,78 @@ struct tcp_peer {
     std::shared_ptr<tcp_op> in_op;   // the posted receive the payload goes to, or
     heap_bytes in_heap;              // an unexpected message's (or an abort reason's) bytes, or
     bool in_discard = false;         // nowhere (the group failed, or the receive was too small)
+    bool heard = false;  // bytes arrived since the engine's liveness check last looked
+    std::chrono::steady_clock::time_point heard_at{};  // when the liveness check last knew it alive
     // writing
     std::deque<tcp_frame> out;
     bool goodbye_in = false;
     bool finished = false;  // EOF after goodbye, or broken: no more reads or writes
 
+    // Shared with the heartbeat thread, under write_lock: whether it may write (the socket is
+    // open and whole), whether a frame is half written (nothing may go between its bytes), and
+    // how much of a heartbeat is still to write (read unlocked by poll_once, hence atomic).
+    std::mutex write_lock;
+    bool writable = true;
+    bool mid_frame = false;
+    std::atomic<std::size_t> heartbeat_left{0};
+    std::array<unsigned char, tcp_wire::header_size> heartbeat{};
+
+    bool wants_write() const noexcept { return !out.empty() || heartbeat_left.load(std::memory_order_relaxed) != 0; }
+
+    /// The heartbeat thread's beat: a heartbeat frame, unless a frame is half written (then
+    /// bytes flow anyway, or the peer is not reading) or the socket is not ours to write.
+    void send_heartbeat() noexcept {
+        std::lock_guard const lock(write_lock);
+        if (!writable || mid_frame || heartbeat_left.load(std::memory_order_relaxed) != 0) return;
+        ssize_t const n = ::send(sock.native_handle(), heartbeat.data(), heartbeat.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0 && static_cast<std::size_t>(n) < heartbeat.size())
+            heartbeat_left.store(heartbeat.size() - static_cast<std::size_t>(n), std::memory_order_relaxed);
+    }
+
+    /// No more writes on this connection, by anyone.
+    void stop_writing() noexcept {
+        std::lock_guard const lock(write_lock);
+        writable = false;
+    }
+
     // The engine decides what arriving frames mean and what a broken connection does: these
     // call back its begin_frame(peer), end_frame(peer) and connection_error(peer, why).
 
-    // Sends as much of the queue as the socket takes now, several frames per sendmsg.
+    // Sends as much of the queue as the socket takes now, several frames per sendmsg (the rest
+    // of a half-written heartbeat first).
     template <class Engine>
     void pump_write(Engine& e) {
         constexpr std::size_t max_frames = 16;
-        while (!out.empty() && !finished) {
-            std::array<iovec, 2 * max_frames> iov{};
-            std::size_t count = 0;
-            for (std::size_t i = 0; i < out.size() && i < max_frames; ++i) {
-                tcp_frame& f = out[i];
-                if (f.sent < tcp_wire::header_size) iov[count++] = {f.header.data() + f.sent, tcp_wire::header_size - f.sent};
-                std::size_t const from = f.sent > tcp_wire::header_size ? f.sent - tcp_wire::header_size : 0;
-                if (from < f.size) iov[count++] = {const_cast<std::byte*>(f.payload_at(from)), f.size - from};
+        int error = 0;
+        {
+            std::lock_guard const lock(write_lock);
+            while (wants_write() && writable && !finished) {
+                std::array<iovec, 2 * max_frames + 1> iov{};
+                std::size_t count = 0;
+                std::size_t const beat = heartbeat_left.load(std::memory_order_relaxed);
+                if (beat) iov[count++] = {heartbeat.data() + heartbeat.size() - beat, beat};
+                for (std::size_t i = 0; i < out.size() && i < max_frames; ++i) {
+                    tcp_frame& f = out[i];
+                    if (f.sent < tcp_wire::header_size) iov[count++] = {f.header.data() + f.sent, tcp_wire::header_size - f.sent};
+                    std::size_t const from = f.sent > tcp_wire::header_size ? f.sent - tcp_wire::header_size : 0;
+                    if (from < f.size) iov[count++] = {const_cast<std::byte*>(f.payload_at(from)), f.size - from};
+                }
+                msghdr msg{};
+                msg.msg_iov = iov.data();
+                msg.msg_iovlen = count;
+                ssize_t const n = ::sendmsg(sock.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (n < 0) {
+                    if (errno == EINTR) continue;
+                    if (errno != EAGAIN && errno != EWOULDBLOCK) error = errno;
+                    break;
+                }
+                std::size_t const beat_sent = std::min(beat, static_cast<std::size_t>(n));
+                heartbeat_left.store(beat - beat_sent, std::memory_order_relaxed);
+                sent(static_cast<std::size_t>(n) - beat_sent);
             }
-            msghdr msg{};
-            msg.msg_iov = iov.data();
-            msg.msg_iovlen = count;
-            ssize_t const n = ::sendmsg(sock.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-            if (n < 0) {
-                if (errno == EINTR) continue;
-                if (errno != EAGAIN && errno != EWOULDBLOCK) e.connection_error(*this, std::strerror(errno));
-                return;
-            }
-            sent(static_cast<std::size_t>(n));
+            mid_frame = !out.empty() && out.front().sent > 0;
         }
+        if (error) e.write_failed(*this, std::strerror(error));
     }
 
     // `n` bytes of the queue's front frames went out: complete the frames they finish.
@@ -143,7 +192,10 @@ struct tcp_peer {
     std::size_t receive(Engine& e, std::byte* into, std::size_t len) {
         for (;;) {
             ssize_t const n = ::recv(sock.native_handle(), into, len, MSG_DONTWAIT);
-            if (n > 0) return static_cast<std::size_t>(n);
+            if (n > 0) {
+                heard = true;
+                return static_cast<std::size_t>(n);
+            }
             if (n == 0) {
                 e.connection_error(*this, "End of file");
                 return 0;

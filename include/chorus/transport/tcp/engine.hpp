@@ -29,31 +29,58 @@
 // copied, so the stream stays well-formed for the abort frame behind it; a payload half read
 // is read on into nothing). One thread drives a transport at a time.
 //
-// Shutdown. Every peer gets a goodbye frame, and the engine reads until every peer's goodbye
-// arrived (or the timeout passed): closing a socket with unread data resets the connection,
-// which could destroy what was sent last (an abort frame). An EOF after a goodbye is not a
-// failure; any other is, at that peer.
+// Liveness. A thread of the engine sends a heartbeat frame on every connection each
+// tcp_config::heartbeat, whatever the owning thread is doing (computing between collectives
+// included), so that a waiting rank that hears nothing at all from a peer for five heartbeats
+// knows it is stopped (SIGSTOP, a debugger), stuck, or that its host is unreachable, and
+// fails the group naming it — also with no collective timeout (CHORUS_TIMEOUT_MS=0). Only
+// while the peer is between frames: a peer that left a frame half written to us (an isend
+// whose rest goes out at its next wait) cannot send heartbeats on that connection, and its
+// silence proves nothing; the kernel's keepalive and TCP_USER_TIMEOUT cover that case. A
+// wait that times out blames a peer silent for two heartbeats over the one it waited for,
+// which is often alive and itself waiting behind the silent one.
+//
+// Blame. Every abort frame carries the rank it blames, so the whole group names the rank
+// that failed (died, stopped, left), not the first rank that noticed.
+//
+// Shutdown. Every peer gets a goodbye frame, then the end of our stream; a peer that reads a
+// goodbye fails what it still waits for from us ("rank N left the group") instead of timing
+// out. The engine then waits until the peers' hosts acknowledged every byte it sent (closing
+// a socket with unread input resets the connection, and a reset discards what the peer's host
+// has not acknowledged yet), reading meanwhile, and closes: it never waits for a peer's
+// goodbye, so a rank that leaves early or after a failure is gone within a fraction of a
+// second (after a failure: at most exit_grace). An EOF after a goodbye is not a failure; any
+// other is, at that peer.
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 
-#include <poll.h>        // ppoll: waiting on every connection at once
-#include <sched.h>       // sched_yield: spinning politely
-#include <unistd.h>      // sysconf: the default CHORUS_MAX_MESSAGE_BYTES
+#include <linux/sockios.h>  // SIOCOUTQ: bytes the peer's host has not acknowledged
+#include <netinet/in.h>
+#include <netinet/tcp.h>     // keepalive and TCP_USER_TIMEOUT: the kernel's liveness backstop
+#include <poll.h>            // ppoll: waiting on every connection at once
+#include <sched.h>           // sched_yield: spinning politely
+#include <sys/ioctl.h>
+#include <unistd.h>          // sysconf: the default CHORUS_MAX_MESSAGE_BYTES
 
 #include <chorus/detail/matching.hpp>
 #include <chorus/error.hpp>
@@ -75,6 +102,36 @@ inline std::size_t max_message_bytes(tcp_config const& cfg) noexcept {
     return static_cast<std::size_t>(pages) / 2 * static_cast<std::size_t>(page);
 }
 
+/// The kernel's side of liveness, for what heartbeats cannot see (a peer silent in the middle
+/// of a frame): keepalive probes on an idle connection, and TCP_USER_TIMEOUT for data the
+/// peer's host never acknowledges. Generous, as a backstop: the heartbeats are the detector.
+inline void set_keepalive(int fd, std::chrono::milliseconds heartbeat, std::chrono::milliseconds silence) noexcept {
+    auto const seconds = [](std::chrono::milliseconds d) { return static_cast<int>(std::max<long long>(1, d.count() / 1000)); };
+    int const on = 1, idle = seconds(silence), interval = seconds(heartbeat), count = 3;
+    unsigned const user_timeout = static_cast<unsigned>(std::max<long long>(6 * silence.count(), 30000));
+    ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+}
+
+/// Tells the launcher (CHORUS_BLAME_FD, see tcp_config::blame_fd) whom rank `me` blames for
+/// its group's failure. One write of a short line: lines of different ranks do not mix.
+inline void report_blame(int fd, rank_t me, rank_t blame) noexcept {
+    if (fd < 0 || blame < 0) return;
+    char line[64];
+    int const n = std::snprintf(line, sizeof line, "chorus-blame %d %d\n", me, blame);
+    [[maybe_unused]] ssize_t const written = ::write(fd, line, static_cast<std::size_t>(n));
+}
+
+/// "rank 2 left the group" (its transport was destroyed, or its connection closed after its
+/// goodbye), seen from rank `me`, and what was still expected of it.
+inline std::string left_message(rank_t me, rank_t peer, std::string const& while_) {
+    return "rank " + std::to_string(me) + ": rank " + std::to_string(peer) +
+           " left the group (its transport was destroyed) while " + while_;
+}
+
 class tcp_socket_engine final : public tcp_engine {
     friend struct tcp_peer;  // calls begin_frame, end_frame and connection_error
 
@@ -83,8 +140,8 @@ public:
     /// io_context `io` the engine keeps alive as long as them.
     tcp_socket_engine(tcp_config const& cfg, std::unique_ptr<asio::io_context> io,
                       std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets)
-        : me_(cfg.rank), timeout_(cfg.timeout), spin_(cfg.spin), max_message_(max_message_bytes(cfg)), io_(std::move(io)),
-          peers_(sockets.size()), queues_(sockets.size()) {
+        : me_(cfg.rank), timeout_(cfg.timeout), setup_(setup_timeout(cfg)), heartbeat_(cfg.heartbeat), spin_(cfg.spin),
+          max_message_(max_message_bytes(cfg)), blame_fd_(cfg.blame_fd), io_(std::move(io)), peers_(sockets.size()), queues_(sockets.size()) {
         // Into peers_ first: if anything below throws, they are closed before their io_context.
         for (std::size_t q = 0; q < sockets.size(); ++q)
             if (sockets[q]) peers_[q] = std::make_unique<tcp_peer>(static_cast<rank_t>(q), std::move(*sockets[q]));
@@ -92,7 +149,12 @@ public:
             asio::error_code ec;
             if (p) p->sock.non_blocking(true, ec);
             if (ec) throw transport_error(errc::connection_failed, p->rank, "rank " + std::to_string(me_) + ": " + ec.message());
+            if (p && beating()) set_keepalive(p->sock.native_handle(), heartbeat_, silence_limit());
         }
+        next_check_ = clock::now();
+        for (auto& p : peers_)
+            if (p) p->heard_at = next_check_;
+        if (beating() && peers_.size() > 1) beat_thread_ = std::thread([this] { beat(); });
     }
     tcp_socket_engine(tcp_socket_engine const&) = delete;
     tcp_socket_engine& operator=(tcp_socket_engine const&) = delete;
@@ -108,6 +170,10 @@ public:
         auto op = make_op<tcp_op>(true, peer, tag, bytes.size());
         op->out = bytes.data();
         tcp_peer& p = peer_at(peer);
+        if (p.goodbye_in) {
+            fail_group(peer, left_message(me_, peer, "rank " + std::to_string(me_) + " was sending to it (" + describe_tag(tag) + ")"));
+            failure_.throw_if_failed(me_);
+        }
         if (p.finished) {
             op->fail(errc::peer_failed, "rank " + std::to_string(me_) + ": cannot send to rank " + std::to_string(peer) +
                                             ", whose connection is closed");
@@ -133,6 +199,9 @@ public:
         if (it != queue.messages().end()) {
             deliver(*op, it->bytes.span());
             queue.messages().erase(it);
+        } else if (peer != me_ && peer_at(peer).goodbye_in && !peer_at(peer).in_frame) {
+            fail_group(peer, left_message(me_, peer, "rank " + std::to_string(me_) + " waited for a message from it (" + describe_tag(tag) + ")"));
+            failure_.throw_if_failed(me_);
         } else if (peer == me_ || !take_over(peer_at(peer), op)) {
             queue.post(op);
         }
@@ -140,17 +209,27 @@ public:
     }
 
     void wait(std::shared_ptr<tcp_op> const& op) override {
-        bool const finished = progress(clock::now() + timeout_, [&] { return op->done; });
+        bool const finished = progress(deadline_after(timeout_), [&] { return op->done; });
         if (!op->done) {
             queue_of(op->peer).unpost(*op);
             if (finished) failure_.throw_if_failed(me_);  // the group failed while we waited
+            // Timed out: a peer that went silent is the likelier cause than the one waited for,
+            // which may well be waiting behind it.
+            if (auto const s = silent_peer(clock::now(), 2 * heartbeat_)) {
+                fail_group(s->first, wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag) + "; " +
+                                         silence_message(s->first, s->second));
+                failure_.throw_if_failed(me_);
+            }
         }
         conclude_wait(*op, me_, timeout_, [&](std::string const& what) { fail_group(me_, what); });
     }
 
     bool test(std::shared_ptr<tcp_op> const& op) override {
-        if (!op->done && !failure_.failed()) poll_once(0);
-        fail_if_oversize();
+        if (!op->done && !failure_.failed()) {
+            poll_once(0);
+            check_liveness(clock::now());
+        }
+        fail_if_pending();
         if (!op->done && !failure_.failed()) return false;
         wait(op);  // done or failed: returns or throws at once
         return true;
@@ -169,6 +248,9 @@ private:
     using clock = std::chrono::steady_clock;
     using queue_t = match_queue<tcp_op, tcp_message>;
     static constexpr std::size_t max_control_bytes = 1 << 20;  // an abort reason
+    // After a failure, how long the abort frames and the shutdown may take: the process can
+    // exit within a second of the failure.
+    static constexpr std::chrono::milliseconds exit_grace{500};
 
     rank_t size() const noexcept { return static_cast<rank_t>(peers_.size()); }
     tcp_peer& peer_at(rank_t r) noexcept { return *peers_[static_cast<std::size_t>(r)]; }
@@ -202,23 +284,33 @@ private:
 
     // ---- failure ---------------------------------------------------------------------------
 
-    // Marks the group failed on behalf of `who` (first reason kept) and detaches every
-    // operation from its buffer. When this rank is the one failing, every peer gets an abort
-    // frame, flushed before returning (the caller is about to throw, and maybe to exit).
-    void fail_group(rank_t who, std::string const& reason) noexcept {
-        if (!failure_.set(who, reason)) return;
+    // Marks the group failed, blaming `blame` (first reason kept), and detaches every operation
+    // from its buffer. A failure found here (`spread`) is told to every peer in an abort frame
+    // that names `blame`, flushed before returning (the caller is about to throw, maybe to
+    // exit); one an abort frame told us is not told on: its sender told everyone.
+    void fail_group(rank_t blame, std::string const& reason, bool spread = true) noexcept {
+        if (!failure_.set(blame, reason)) return;
+        failed_at_ = clock::now();
+        report_blame(blame_fd_, me_, blame);
         for (auto& q : queues_) q.drop_receives();
         for (auto& p : peers_) {
             if (!p) continue;
             detach_buffers(*p);
-            if (who == me_ && !p->finished) queue_control(*p, tcp_wire::frame_abort, reason);
+            if (spread && !p->finished) queue_control(*p, tcp_wire::frame_abort, reason, blame);
         }
-        if (who == me_ && !flushing_) flush(clock::now() + std::min(timeout_, std::chrono::milliseconds(2000)));
+        if (spread && !flushing_) flush(clock::now() + std::min(setup_, exit_grace));
     }
 
-    // A peer sent more than max_message_ before its receive was posted (see begin_frame).
-    void fail_if_oversize() noexcept {
-        if (!oversize_.empty()) fail_group(me_, std::exchange(oversize_, {}));
+    // A failure found inside a read (begin_frame, connection_error), where fail_group must not
+    // drive the sockets: it happens once the read is over.
+    void defer_failure(rank_t blame, std::string reason) {
+        if (!pending_) pending_.emplace(blame, std::move(reason));
+    }
+    void fail_if_pending() noexcept {
+        if (!pending_) return;
+        auto const failure = std::move(*pending_);
+        pending_.reset();
+        fail_group(failure.first, failure.second);
     }
 
     // Sends not started are dropped (control frames stay: a goodbye must still go out); a
@@ -242,11 +334,12 @@ private:
         }
     }
 
-    // Queues a frame that owns its payload (an abort reason; empty for a goodbye).
-    static void queue_control(tcp_peer& p, std::uint64_t type, std::string const& payload) noexcept {
+    // Queues a frame that owns its payload (an abort reason, whose tag is the rank blamed + 1;
+    // empty for a goodbye).
+    static void queue_control(tcp_peer& p, std::uint64_t type, std::string const& payload, rank_t blame = -1) noexcept {
         try {
             tcp_frame& f = p.out.emplace_back();
-            tcp_wire::encode(f.header.data(), {type, 0, payload.size()});
+            tcp_wire::encode(f.header.data(), {type, static_cast<tag_t>(blame + 1), payload.size()});
             f.owned.assign(reinterpret_cast<std::byte const*>(payload.data()),
                            reinterpret_cast<std::byte const*>(payload.data()) + payload.size());
             f.size = payload.size();
@@ -269,49 +362,150 @@ private:
 
     void close_peer(tcp_peer& p) noexcept {
         p.finished = true;
+        p.stop_writing();
         asio::error_code ec;
         p.sock.close(ec);
     }
 
+    // A write failed. A goodbye or an abort may be waiting, unread, that says why: read first.
+    void write_failed(tcp_peer& p, std::string const& why) {
+        if (!p.goodbye_in) p.pump_read(*this);
+        if (!p.finished) connection_error(p, why);
+    }
+
     // The connection ended or broke. After the peer's goodbye (or during our shutdown) that is
-    // expected; otherwise the group failed at that peer.
+    // expected, unless something was still to go to or come from the peer: then it left the
+    // group in the middle of it. Otherwise the group failed at that peer.
     void connection_error(tcp_peer& p, std::string const& why) {
         bool const expected = p.goodbye_in || shut_;
+        bool pending = p.in_op != nullptr;
         std::string const lost = "rank " + std::to_string(me_) + ": connection to rank " + std::to_string(p.rank);
         p.finished = true;
+        p.stop_writing();
         for (auto& f : p.out)
-            if (f.op) f.op->fail(errc::peer_failed, lost + " closed before a send completed: " + why);
+            if (f.op) {
+                f.op->fail(errc::peer_failed, lost + " closed before a send completed: " + why);
+                pending = true;
+            }
         p.out.clear();
         if (p.in_op) std::exchange(p.in_op, nullptr)->fail(errc::peer_failed, lost + " closed during a receive: " + why);
         p.in_frame = false;
-        if (!expected) fail_group(p.rank, "connection to rank " + std::to_string(p.rank) + " lost: " + why);
+        if (!expected)
+            defer_failure(p.rank, "connection to rank " + std::to_string(p.rank) + " lost: " + why);
+        else if (!shut_ && (pending || queue_of(p.rank).has_receives()))
+            defer_failure(p.rank, left_message(me_, p.rank, "rank " + std::to_string(me_) + " still exchanged messages with it"));
     }
 
     void shutdown() noexcept {
-        bool any = false;
+        stop_beating();
+        shut_ = true;  // from now on an end of file is expected
+        flushing_ = true;
+        bool const failed = failure_.failed();
+        auto const deadline = clock::now() + (failed ? exit_grace : setup_);
+        // The goodbyes, then the end of our streams.
         for (auto& p : peers_)
-            if (p && !p->finished) {
-                queue_control(*p, tcp_wire::frame_goodbye, {});
-                any = true;
-            }
-        if (any) {
-            flushing_ = true;
-            try {
-                progress(clock::now() + timeout_, [&] {
-                    return std::ranges::all_of(peers_, [](auto const& p) {
-                        return !p || p->finished || (p->out.empty() && p->goodbye_in);
-                    });
-                });
-            } catch (...) {
-            }
+            if (p && !p->finished && !failed) queue_control(*p, tcp_wire::frame_goodbye, {});
+        settle(deadline, [](tcp_peer const& p) { return p.out.empty(); });
+        for (auto& p : peers_) {
+            if (!p || p->finished) continue;
+            p->stop_writing();
+            asio::error_code ec;
+            p->sock.shutdown(asio::ip::tcp::socket::shutdown_send, ec);
         }
-        shut_ = true;
+        // Every byte acknowledged (the end of stream included), the input read meanwhile.
+        settle(deadline, [](tcp_peer& p) {
+            int unacked = 0;
+            return ::ioctl(p.sock.native_handle(), SIOCOUTQ, &unacked) != 0 || unacked == 0;
+        });
+        for (auto& p : peers_)
+            if (p) {
+                p->stop_writing();
+                asio::error_code ec;
+                p->sock.close(ec);
+            }
+    }
+
+    // Drives the connections until `settled(peer)` holds for every open one, the deadline, or
+    // exit_grace after the group failed (a silent peer is found by liveness meanwhile).
+    template <class Settled>
+    void settle(clock::time_point deadline, Settled const& settled) noexcept {
+        try {
+            progress(deadline, [&] {
+                if (failure_.failed() && clock::now() >= failed_at_ + exit_grace) return true;
+                return std::ranges::all_of(peers_, [&](auto const& p) { return !p || p->finished || settled(*p); });
+            });
+        } catch (...) {
+        }
+    }
+
+    // ---- liveness --------------------------------------------------------------------------
+
+    bool beating() const noexcept { return heartbeat_.count() > 0; }
+    std::chrono::milliseconds silence_limit() const noexcept { return 5 * heartbeat_; }
+
+    // The heartbeat thread: a heartbeat on every connection each heartbeat_, until stopped.
+    void beat() noexcept {
+        std::unique_lock lock(beat_mutex_);
+        while (!beat_cv_.wait_for(lock, heartbeat_, [&] { return beat_stop_; })) {
+            lock.unlock();
+            for (auto& p : peers_)
+                if (p) p->send_heartbeat();
+            lock.lock();
+        }
+    }
+    void stop_beating() noexcept {
+        if (!beat_thread_.joinable()) return;
+        {
+            std::lock_guard const lock(beat_mutex_);
+            beat_stop_ = true;
+        }
+        beat_cv_.notify_one();
+        beat_thread_.join();
+    }
+
+    // Whether a peer's silence may be held against it: it is in the group, and between frames
+    // (in the middle of one, its heartbeats cannot reach us).
+    static bool can_be_silent(tcp_peer const& p) noexcept {
+        return !p.finished && !p.goodbye_in && !p.in_frame && p.end == p.begin;
+    }
+
+    // Called while waiting: every half heartbeat, notes which peers were heard from; fails the
+    // group at a peer silent for silence_limit(). A gap since the last look longer than a
+    // heartbeat means this rank was not listening (it computed): nobody could be heard, and
+    // every peer's silence starts anew.
+    void check_liveness(clock::time_point now) noexcept {
+        if (!beating() || now < next_check_ || failure_.failed()) return;
+        bool const away = now - next_check_ > heartbeat_;
+        next_check_ = now + heartbeat_ / 2;
         for (auto& p : peers_) {
             if (!p) continue;
-            asio::error_code ec;
-            p->sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
-            p->sock.close(ec);
+            if (p->heard || away || !can_be_silent(*p)) {
+                p->heard = false;
+                p->heard_at = now;
+            }
         }
+        try {
+            if (auto const s = silent_peer(now, silence_limit())) fail_group(s->first, silence_message(s->first, s->second));
+        } catch (...) {  // no memory for the text: the next check tries again
+        }
+    }
+
+    // The peer silent longest, if longer than `limit`, with how long in ms.
+    std::optional<std::pair<rank_t, long long>> silent_peer(clock::time_point now, std::chrono::milliseconds limit) const {
+        if (!beating()) return std::nullopt;
+        std::optional<std::pair<rank_t, long long>> worst;
+        for (auto const& p : peers_) {
+            if (!p || p->heard || !can_be_silent(*p)) continue;
+            auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(now - p->heard_at).count();
+            if (ms > limit.count() && (!worst || ms > worst->second)) worst.emplace(p->rank, ms);
+        }
+        return worst;
+    }
+
+    std::string silence_message(rank_t peer, long long ms) const {
+        return "rank " + std::to_string(me_) + ": rank " + std::to_string(peer) + " sent nothing, not even a heartbeat, for " +
+               std::to_string(ms) + " ms (CHORUS_HEARTBEAT_MS = " + std::to_string(heartbeat_.count()) +
+               "): it is stopped, stuck, or its host is unreachable";
     }
 
     // ---- progress --------------------------------------------------------------------------
@@ -322,16 +516,19 @@ private:
     bool progress(clock::time_point deadline, Done const& done) {
         auto const spin_until = clock::now() + spin_;
         for (;;) {
-            fail_if_oversize();
+            fail_if_pending();
             if (done()) return true;
             if (failure_.failed() && !flushing_) return true;
             auto const now = clock::now();
             if (now >= deadline) return false;
+            check_liveness(now);
             if (now < spin_until) {
                 poll_once(0);
                 ::sched_yield();  // a rank of this host that is runnable on our core goes first
             } else {
-                poll_once(std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count());
+                auto wake = deadline;  // the deadline, or the next liveness check
+                if (beating() && !failure_.failed()) wake = std::min(wake, std::max(next_check_, now));
+                poll_once(std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now).count());
             }
         }
     }
@@ -343,15 +540,17 @@ private:
         ready_.clear();
         for (auto& p : peers_) {
             if (!p || p->finished) continue;
-            fds_.push_back({p->sock.native_handle(), static_cast<short>(POLLIN | (p->out.empty() ? 0 : POLLOUT)), 0});
+            fds_.push_back({p->sock.native_handle(), static_cast<short>(POLLIN | (p->wants_write() ? POLLOUT : 0)), 0});
             ready_.push_back(p.get());
         }
         timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
         if (::ppoll(fds_.data(), fds_.size(), &ts, nullptr) <= 0) return;  // timeout, or EINTR: the caller loops
+        // Reads first: what a peer sent before its connection broke (a goodbye, an abort) says
+        // why the write that fails next failed.
         for (std::size_t i = 0; i < fds_.size(); ++i) {
             short const ev = fds_[i].revents;
-            if (ev & (POLLOUT | POLLERR)) ready_[i]->pump_write(*this);
             if (ev & (POLLIN | POLLHUP | POLLERR)) ready_[i]->pump_read(*this);
+            if ((ev & (POLLOUT | POLLERR)) && !ready_[i]->finished) ready_[i]->pump_write(*this);
         }
     }
 
@@ -359,8 +558,11 @@ private:
     void begin_frame(tcp_peer& p) {
         auto const h = tcp_wire::decode_frame(reinterpret_cast<unsigned char const*>(p.staging.data() + p.begin));
         p.begin += tcp_wire::header_size;
+        if (h.type == tcp_wire::frame_heartbeat && h.size == 0) return;
         if (h.type == tcp_wire::frame_goodbye && h.size == 0) {
             p.goodbye_in = true;
+            if (!failure_.failed() && queue_of(p.rank).has_receives())
+                defer_failure(p.rank, left_message(me_, p.rank, "rank " + std::to_string(me_) + " waited for a message from it"));
             return;
         }
         if ((h.type != tcp_wire::frame_data && h.type != tcp_wire::frame_abort) ||
@@ -389,11 +591,10 @@ private:
             // Read into nothing; the group fails once this read is over (fail_group drives the
             // sockets itself, which it must not do from inside a read).
             p.in_discard = true;
-            if (oversize_.empty())
-                oversize_ = "rank " + std::to_string(me_) + ": rank " + std::to_string(p.rank) + " sent a message of " +
-                            std::to_string(h.size) + " bytes (" + describe_tag(h.tag) +
-                            ") before its receive was posted, more than CHORUS_MAX_MESSAGE_BYTES = " +
-                            std::to_string(max_message_);
+            defer_failure(p.rank, "rank " + std::to_string(me_) + ": rank " + std::to_string(p.rank) + " sent a message of " +
+                                      std::to_string(h.size) + " bytes (" + describe_tag(h.tag) +
+                                      ") before its receive was posted, more than CHORUS_MAX_MESSAGE_BYTES = " +
+                                      std::to_string(max_message_));
             return;
         }
         try {
@@ -411,17 +612,24 @@ private:
         } else if (p.in_discard) {
             p.in_discard = false;
         } else if (p.in_type == tcp_wire::frame_abort) {
+            // The rank it blames: the sender, unless it names another (not us: a peer that
+            // timed out waiting for us blames itself, from where we stand).
+            auto const named = static_cast<std::int64_t>(p.in_tag) - 1;
+            rank_t const blame = named >= 0 && named < size() && named != me_ ? static_cast<rank_t>(named) : p.rank;
             heap_bytes const bytes = std::exchange(p.in_heap, {});
-            fail_group(p.rank, printable(std::string_view(reinterpret_cast<char const*>(bytes.data.get()), bytes.size)));
+            fail_group(blame, printable(std::string_view(reinterpret_cast<char const*>(bytes.data.get()), bytes.size)), false);
         } else {
             arrived(p.rank, p.in_tag, std::exchange(p.in_heap, {}));
         }
     }
 
     rank_t me_;
-    std::chrono::milliseconds timeout_;
+    std::chrono::milliseconds timeout_;  // 0: waits are not bounded
+    std::chrono::milliseconds setup_;    // bounds the goodbye at shutdown
+    std::chrono::milliseconds heartbeat_;
     std::chrono::microseconds spin_;
     std::size_t max_message_;  // the largest message accepted before its receive is posted
+    int blame_fd_;             // CHORUS_BLAME_FD, or -1
     // io_ first: sockets (in peers_) must be destroyed before their io_context.
     std::unique_ptr<asio::io_context> io_;
     std::vector<std::unique_ptr<tcp_peer>> peers_;  // null for self
@@ -429,9 +637,15 @@ private:
     std::vector<pollfd> fds_;      // poll_once's scratch, kept to avoid an allocation per wait
     std::vector<tcp_peer*> ready_;
     group_failure failure_;
-    std::string oversize_;   // why the group is to fail, found inside a read (begin_frame)
+    clock::time_point failed_at_{};
+    std::optional<std::pair<rank_t, std::string>> pending_;  // a failure found inside a read
     bool flushing_ = false;  // flush() or shutdown() drive the sockets of a failed group
     bool shut_ = false;
+    clock::time_point next_check_{};  // liveness: when to look next
+    std::thread beat_thread_;         // sends the heartbeats
+    std::mutex beat_mutex_;
+    std::condition_variable beat_cv_;
+    bool beat_stop_ = false;
 };
 
 } // namespace chorus::detail

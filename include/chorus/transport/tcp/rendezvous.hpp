@@ -69,14 +69,19 @@ public:
     explicit tcp_rendezvous(tcp_config& cfg)
         : cfg_(cfg), me_(cfg.rank), n_(static_cast<std::size_t>(cfg.size)), io_(std::make_unique<asio::io_context>()),
           timers_(*io_), listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_),
-          gate_(*io_, cfg.rank, std::min(cfg.timeout, std::chrono::milliseconds(5000))) {}
+          gate_(*io_, cfg.rank, std::min(setup_timeout(cfg), std::chrono::milliseconds(5000))) {}
 
     tcp_mesh run() {
-        deadline_ = std::chrono::steady_clock::now() + cfg_.timeout;
+        deadline_ = std::chrono::steady_clock::now() + setup_timeout(cfg_);
         listen();
         connect_master();
         while (!complete() && fatal_.empty())
             if (io_->run_one_until(deadline_) == 0) break;
+        // A rank waiting for the table gives the master a moment for its verdict: at the same
+        // deadline the master knows which rank never joined, and says so to every rank that did.
+        auto const verdict = deadline_ + std::min(setup_timeout(cfg_), milliseconds(1000));
+        while (me_ != 0 && awaiting_table_ && !have_table_ && fatal_.empty())
+            if (io_->run_one_until(verdict) == 0) break;
         bool const ok = complete() && fatal_.empty();
         std::optional<failure> failed;
         if (!ok) failed = why_failed();
@@ -153,6 +158,11 @@ private:
             if (!ec) master_->set_option(tcp::acceptor::reuse_address(true), ec);
             if (!ec) master_->bind(ep, ec);
             if (!ec) master_->listen(asio::socket_base::max_listen_connections, ec);
+            if (ec == asio::error::address_in_use)
+                throw transport_error(errc::connection_failed, 0,
+                                      "rank 0: cannot listen on " + where_ + ": the port is in use — another job's "
+                                      "rendezvous holds it (give each job its own MASTER_PORT; under Slurm every "
+                                      "step derives its own from SLURM_JOB_ID and SLURM_STEP_ID)");
             if (ec) throw transport_error(errc::connection_failed, 0, "rank 0: cannot listen on " + where_ + ": " + ec.message());
         }
         cfg_.master_port = master_->local_endpoint().port();  // the system's pick for port 0
@@ -179,6 +189,7 @@ private:
         asio::async_write(to_master_, asio::buffer(hello_), [this](asio::error_code e, std::size_t) {
             if (finished_) return;
             if (e) return void(fatal_ = me() + ": hello to the master failed: " + e.message());
+            awaiting_table_ = true;
             read_table();
         });
     }
@@ -370,7 +381,7 @@ private:
     // missing at the deadline.
     failure why_failed() const {
         if (!fatal_.empty()) return {refused_code_, refused_blame_, fatal_};
-        std::string const after = " after " + std::to_string(cfg_.timeout.count()) + " ms";
+        std::string const after = " after " + std::to_string(setup_timeout(cfg_).count()) + " ms";
         if (me_ == 0 && joined_count_ < n_) {
             auto const [first, missing] = missing_ranks([&](std::size_t q) { return !joined_[q]; });
             return {errc::timeout, first, "rank 0: rendezvous on " + where_ + " timed out" + after + "; ranks that never joined: " + missing};
@@ -454,6 +465,7 @@ private:
     std::vector<unsigned char> refusal_text_;
     errc refused_code_ = errc::connection_failed;  // what fatal_ is, from the master's refusal
     rank_t refused_blame_ = -1;
+    bool awaiting_table_ = false;  // the hello went out; the master's table or refusal is due
     bool have_table_ = false;
     // 2.-3. the master's side
     std::vector<std::shared_ptr<joiner>> joined_;

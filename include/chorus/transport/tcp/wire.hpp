@@ -11,7 +11,9 @@
 //                            {refusal, errc, rank to blame, text length} text
 //   mesh (rank -> lower rank): {mesh_magic, rank, token length} token
 //   frame (after the mesh):  {type, tag, size} then `size` payload bytes; types: data, abort
-//                            (payload: the reason), goodbye (size 0: "I am shutting down")
+//                            (payload: the reason; tag: the rank it blames, + 1; 0: the
+//                            sender), goodbye (size 0: "I am leaving the group"),
+//                            heartbeat (size 0: "I am alive", from the heartbeat thread)
 //
 // The magics make a connection from anything that is not a chorus rank of this version fail
 // its handshake at once (it is refused, the job goes on).
@@ -30,7 +32,7 @@ namespace chorus::detail::tcp_wire {
 
 inline constexpr std::uint64_t hello_magic = 0x31305355524f4843ULL;  // "CHORUS01"
 inline constexpr std::uint64_t mesh_magic = 0x31304853454d4843ULL;   // "CHMESH01"
-inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 3;
+inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 3, frame_heartbeat = 4;
 inline constexpr std::size_t header_size = 24, hello_head_size = 48, mesh_head_size = 24;
 inline constexpr std::size_t max_token = 4096, max_addr = 256;
 inline constexpr std::uint64_t max_table = std::uint64_t{1} << 24;
