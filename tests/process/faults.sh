@@ -3,7 +3,7 @@
 # stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK
-#   CASE: kill | stop | early | absent | stray | flood | mismatch | exit | signal
+#   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | exit | signal
 # Each case prints how long the failure took to be reported (for the issue's note) and exits
 # non-zero on the first unmet expectation. Bounds are asserted only where they are the
 # contract (a stopped rank named within 10 s, an early exit named at once), with wide margins.
@@ -92,6 +92,22 @@ early)
     done
     expect "$err" "chorusrun: rank 2 failed first (exit code 0; named by ranks"
     echo "the job ended $((end - start)) ms after its start: $(grep 'failed first' "$err")"
+    ;;
+insider)
+    # Rank 1 (holding the token) announces an 8 GiB message to rank 0 that nobody receives. Rank
+    # 0 must not allocate it (flow control holds it in the socket), every rank's peak RSS stays
+    # under 1 GiB, and the error names rank 1 and the message.
+    "$run" -n 4 --timeout-ms 3000 "$check" insider >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    expect "$err" "rank 0: error at .*rank 1 sent a message of 8589934592 bytes (tag 999) that no receive took"
+    for r in 0 1 2 3; do
+        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        case $line in *"rank 1"*) ;; *) fail "rank $r's error does not name rank 1: $line" ;; esac
+        rss=$(sed -n "s/^\[rank$r\] rank $r: peak RSS \([0-9]*\) MiB/\1/p" "$err")
+        [ -n "$rss" ] && [ "$rss" -lt 1024 ] || fail "rank $r's peak RSS is ${rss:-unknown} MiB"
+        echo "rank $r: peak RSS $rss MiB; ${line#*ms: }"
+    done
     ;;
 absent)
     # Rank 2 of 3 never joins: the rendezvous times out (3 s) naming it.

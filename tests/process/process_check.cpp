@@ -24,10 +24,15 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <sys/mman.h>      // the insider's 8 GiB of zero pages
+#include <sys/resource.h>  // getrusage: peak RSS
 
 #include "../support/collective_matrix.hpp"
 
@@ -111,6 +116,36 @@ int signal_mid(chorus::tcp_transport& tp, rank_t victim, int ms, int sig) {
 
 } // namespace
 
+// Rank 1 announces an 8 GiB message to rank 0 that no receive takes (its pages are the zero
+// page: no memory), then every rank reports to rank 0, rank 1 first. Rank 0 must not allocate
+// it, and its wait for rank 1's report, held behind it, must name rank 1.
+int insider(chorus::tcp_transport& tp) {
+    std::vector<int> v{tp.rank()};
+    std::optional<chorus::tcp_transport::request> huge;
+    if (tp.rank() == 1) {
+        std::size_t const bytes = std::size_t{8} << 30;
+        void* zeros = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (zeros == MAP_FAILED) throw std::runtime_error("mmap of 8 GiB failed");
+        huge.emplace(tp.isend(0, 999, {static_cast<std::byte const*>(zeros), bytes}));
+    }
+    if (tp.rank() == 0) {
+        for (rank_t r = 1; r < tp.size(); ++r) chorus::recv(tp, r, v, 5);
+    } else {
+        chorus::send(tp, 0, v, 5);
+        // Rank 0's answer never comes: its wait for rank 1 times out first and names the
+        // cause (ours would only name rank 0, which waits behind the held message).
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+        chorus::recv(tp, 0, v, 6);
+    }
+    return 2;
+}
+
+long peak_rss_mib() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss / 1024;
+}
+
 int main(int argc, char** argv) {
     std::string const mode = argc > 1 ? argv[1] : "matrix";
     auto arg = [&](int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; };
@@ -132,6 +167,7 @@ int main(int argc, char** argv) {
         if (mode == "late") return stress(tp, 7, 10);
         if (mode == "kill") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGKILL);
         if (mode == "stop") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGSTOP);
+        if (mode == "insider") return insider(tp);
         if (mode == "loop") return signal_mid(tp, -1, 0, 0);  // until the group fails
         if (mode == "early") {  // the victim returns after the first allreduce; the others do another
             std::vector<double> v(1000, 1.0);
@@ -155,6 +191,7 @@ int main(int argc, char** argv) {
         return 64;
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "rank %d: error at %lld ms: %s\n", env_rank(), epoch_ms(), e.what());
+        std::fprintf(stderr, "rank %d: peak RSS %ld MiB\n", env_rank(), peak_rss_mib());
         return 1;
     }
 }

@@ -20,6 +20,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -460,9 +461,13 @@ TEST_CASE("tcp: a rank with another job's token is told so by the master") {
 }
 
 TEST_CASE("tcp: two jobs on one master port never join: the second master says the port is taken, its ranks are refused") {
-    // Job B (another token) starts on job A's port while A's rendezvous runs.
+    // Job B (another token) starts on job A's port while A's rendezvous runs (A's rank 2 joins
+    // only once B is over): B's master cannot listen, B's rank 1 reaches A's master and is
+    // refused; A goes on untouched.
     conformance::outcomes job_b(2);
     std::vector<std::thread> b;
+    std::promise<void> b_started;
+    std::shared_future<void> started = b_started.get_future().share();
     std::vector<int> sums;
     std::mutex mutex;
     auto start_b = [&](std::uint16_t port) {
@@ -476,15 +481,20 @@ TEST_CASE("tcp: two jobs on one master port never join: the second master says t
                 c.job_token = "job B";
                 job_b.record(r, [&] { chorus::tcp_transport never(std::move(c)); });
             });
+        b_started.set_value();
     };
-    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+    auto rank_2_after_b = [&](chorus::tcp_config& c) {
+        if (c.rank != 2) return;
+        started.wait();
+        for (auto& t : b) t.join();
+    };
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
         std::vector<int> v{tp.rank() + 1};
         chorus::allreduce(tp, v);
         std::lock_guard lock(mutex);
         sums.push_back(v[0]);
-    }, 20s, "127.0.0.1", start_b);
-    for (auto& t : b) t.join();
-    CHECK(sums == std::vector<int>{3, 3});  // A is untouched
+    }, 20s, "127.0.0.1", start_b, -1, rank_2_after_b);
+    CHECK(sums == std::vector<int>{6, 6, 6});  // A is untouched
     REQUIRE(job_b[0].threw);
     CHECK_MESSAGE(job_b[0].what.find("the port is in use") != std::string::npos, job_b[0].what);
     REQUIRE(job_b[1].threw);
@@ -528,6 +538,69 @@ TEST_CASE("tcp: a message over CHORUS_MAX_MESSAGE_BYTES before its receive fails
                               seen[r].what);
         }
     }
+}
+
+TEST_CASE("tcp: flow control: past CHORUS_MAX_UNEXPECTED_BYTES a send waits for its receive, and arrives whole") {
+    // Rank 0 holds at most 64 KiB for receives not yet posted. Rank 1 sends three 24 MiB
+    // messages (more than the sockets buffer) while rank 0 waits for rank 2 (300 ms), driving
+    // every socket: without flow control rank 0 would read them all into its memory, and rank
+    // 1's first send would complete before rank 0 posted its receive.
+    constexpr std::size_t n = 6u << 20;  // ints: 24 MiB
+    std::atomic<bool> posted{false};
+    std::atomic<bool> completed_before_posted{false};
+    std::vector<std::vector<int>> got(3, std::vector<int>(n));
+    tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+        std::vector<int> token{1};
+        if (tp.rank() == 1) {
+            std::vector<std::vector<int>> out(3, std::vector<int>(n));
+            std::vector<chorus::tcp_transport::request> sends;
+            for (std::size_t m = 0; m < 3; ++m) {
+                std::iota(out[m].begin(), out[m].end(), static_cast<int>(m) * 7);
+                sends.push_back(tp.isend(0, chorus::tag_t(m + 1), std::as_bytes(std::span(out[m]))));
+            }
+            sends[0].wait();
+            if (!posted) completed_before_posted = true;
+            for (auto& s : sends) s.wait();
+        } else if (tp.rank() == 2) {
+            std::this_thread::sleep_for(300ms);
+            chorus::send(tp, 0, token, 9);
+        } else {
+            chorus::recv(tp, 2, token, 9);
+            posted = true;
+            for (std::size_t m = 0; m < 3; ++m) chorus::recv(tp, 1, got[m], chorus::tag_t(m + 1));
+        }
+        chorus::barrier(tp);
+    }, 20s, "127.0.0.1", {}, -1, [](chorus::tcp_config& c) { c.max_unexpected_bytes = 64 << 10; });
+    CHECK_FALSE(completed_before_posted.load());  // it waited for the receive, not in rank 0's memory
+    for (std::size_t m = 0; m < 3; ++m) {
+        CAPTURE(m);
+        int const first = static_cast<int>(m) * 7;
+        CHECK(got[m][0] == first);
+        CHECK(got[m][n / 2] == static_cast<int>(n / 2) + first);
+        CHECK(got[m][n - 1] == static_cast<int>(n - 1) + first);
+    }
+}
+
+TEST_CASE("tcp: flow control: a held message that no receive takes times out naming its sender") {
+    // Rank 1 sends a large message nobody receives, then a small one rank 0 waits for: the small
+    // one is behind the held one (as under MPI's rendezvous protocol), so rank 0 times out and
+    // names the held message and its sender.
+    conformance::outcomes seen(2);
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        std::vector<int> big(1 << 18, 1), small{5};  // 1 MiB: the sockets take it whole, the send completes
+        if (tp.rank() == 1) {
+            chorus::send(tp, 0, big, 11);
+            chorus::send(tp, 0, small, 12);
+            std::this_thread::sleep_for(2500ms);  // in the group (leaving would end it sooner)
+        } else {
+            seen.record(0, [&] { chorus::recv(tp, 1, small, 12); });
+        }
+    }, 1500ms, "127.0.0.1", {}, -1, [](chorus::tcp_config& c) { c.max_unexpected_bytes = 1024; });
+    REQUIRE(seen[0].threw);
+    CHECK(seen[0].code == chorus::errc::peer_failed);
+    CHECK(seen[0].peer == 1);
+    CHECK_MESSAGE(seen[0].what.find("rank 1 sent a message of 1048576 bytes (tag 11) that no receive took") != std::string::npos,
+                  seen[0].what);
 }
 
 TEST_CASE("tcp: a peer's abort reason arrives with its control characters escaped") {

@@ -59,6 +59,13 @@ struct tcp_config {
     /// sender, before anything is allocated. 0: half of the host's physical memory. Messages
     /// whose receive is posted go straight into its buffer and are not limited.
     std::size_t max_message_bytes = 0;
+    /// Flow control (CHORUS_MAX_UNEXPECTED_BYTES): the most bytes this rank holds for receives
+    /// not yet posted, from all peers together. A message that would pass it is not read until
+    /// its receive is posted: its sender's send waits, and so does what that sender sends after
+    /// it (as MPI's rendezvous protocol makes large sends wait for their receive: a program
+    /// that needs a later message of a peer before it posts the receive of an earlier, larger
+    /// one deadlocks, and times out naming the held message).
+    std::size_t max_unexpected_bytes = std::size_t{256} << 20;
     /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD, a pipe
     /// chorusrun reads to name the root cause): one line "chorus-blame RANK BLAMED". -1: none.
     int blame_fd = -1;
@@ -74,7 +81,8 @@ struct tcp_config {
 /// The configuration a launcher describes in the environment (detail::read_launch_env: RANK,
 /// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or their Slurm and Open MPI counterparts;
 /// "[::1]" is accepted as MASTER_ADDR), and chorus's own CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS,
-/// CHORUS_HEARTBEAT_MS, CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_SOCKET_IFNAME,
+/// CHORUS_HEARTBEAT_MS, CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_MAX_UNEXPECTED_BYTES,
+/// CHORUS_SOCKET_IFNAME,
 /// CHORUS_PORT_RANGE ("lo-hi"), CHORUS_BLAME_FD and, for rank 0, CHORUS_MASTER_FD (both set by
 /// chorusrun). Errors name `caller` and the variable.
 inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_env") {
@@ -92,6 +100,8 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
     c.heartbeat = std::chrono::milliseconds(env.number_at_least("CHORUS_HEARTBEAT_MS", 0, c.heartbeat.count()));
     c.spin = std::chrono::microseconds(env.number_at_least("CHORUS_SPIN_US", 0, c.spin.count()));
     c.max_message_bytes = static_cast<std::size_t>(env.number_at_least("CHORUS_MAX_MESSAGE_BYTES", 1, 0));
+    c.max_unexpected_bytes = static_cast<std::size_t>(
+        env.number_at_least("CHORUS_MAX_UNEXPECTED_BYTES", 0, static_cast<long long>(c.max_unexpected_bytes)));
     c.socket_ifname = env.get({"CHORUS_SOCKET_IFNAME"});
     if (std::string r = env.get({"CHORUS_PORT_RANGE"}); !r.empty()) {
         std::size_t const dash = r.find_first_of("-:");

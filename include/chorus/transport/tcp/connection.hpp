@@ -99,6 +99,7 @@ struct tcp_peer {
     std::shared_ptr<tcp_op> in_op;   // the posted receive the payload goes to, or
     heap_bytes in_heap;              // an unexpected message's (or an abort reason's) bytes, or
     bool in_discard = false;         // nowhere (the group failed, or the receive was too small)
+    bool parked = false;             // not read until its receive is posted (flow control)
     bool heard = false;  // bytes arrived since the engine's liveness check last looked
     std::chrono::steady_clock::time_point heard_at{};  // when the liveness check last knew it alive
     // writing
@@ -212,7 +213,7 @@ struct tcp_peer {
     template <class Engine>
     void pump_read(Engine& e) {
         std::size_t budget = 8 << 20;
-        while (!finished) {
+        while (!finished && !parked) {
             std::size_t got = 0;
             if (!in_frame) {
                 if (end - begin >= tcp_wire::header_size) {

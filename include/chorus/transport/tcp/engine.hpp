@@ -141,7 +141,7 @@ public:
     tcp_socket_engine(tcp_config const& cfg, std::unique_ptr<asio::io_context> io,
                       std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets)
         : me_(cfg.rank), timeout_(cfg.timeout), setup_(setup_timeout(cfg)), heartbeat_(cfg.heartbeat), spin_(cfg.spin),
-          max_message_(max_message_bytes(cfg)), blame_fd_(cfg.blame_fd), io_(std::move(io)), peers_(sockets.size()), queues_(sockets.size()) {
+          max_message_(max_message_bytes(cfg)), max_unexpected_(cfg.max_unexpected_bytes), blame_fd_(cfg.blame_fd), io_(std::move(io)), peers_(sockets.size()), queues_(sockets.size()) {
         // Into peers_ first: if anything below throws, they are closed before their io_context.
         for (std::size_t q = 0; q < sockets.size(); ++q)
             if (sockets[q]) peers_[q] = std::make_unique<tcp_peer>(static_cast<rank_t>(q), std::move(*sockets[q]));
@@ -164,6 +164,7 @@ public:
         check_peer(me_, peer, size());
         failure_.throw_if_failed(me_);
         if (peer == me_) {  // to self: no socket, eager copy
+            unexpected_ += bytes.size();
             arrived(peer, tag, heap_bytes::copy_of(bytes));
             return nullptr;
         }
@@ -197,6 +198,7 @@ public:
         auto const it = queue.find_message(*op, me_);
         if (op->done) return op;  // a message of another collective failed it
         if (it != queue.messages().end()) {
+            unexpected_ -= it->bytes.size;
             deliver(*op, it->bytes.span());
             queue.messages().erase(it);
         } else if (peer != me_ && peer_at(peer).goodbye_in && !peer_at(peer).in_frame) {
@@ -213,8 +215,13 @@ public:
         if (!op->done) {
             queue_of(op->peer).unpost(*op);
             if (finished) failure_.throw_if_failed(me_);  // the group failed while we waited
-            // Timed out: a peer that went silent is the likelier cause than the one waited for,
-            // which may well be waiting behind it.
+            // Timed out: a message nobody took that holds back what its sender sent after it, or
+            // a peer that went silent, is the likelier cause than the one waited for.
+            if (auto const parked = parked_message()) {
+                fail_group(parked->first, wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag) + "; " +
+                                              parked->second);
+                failure_.throw_if_failed(me_);
+            }
             if (auto const s = silent_peer(clock::now(), 2 * heartbeat_)) {
                 fail_group(s->first, wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag) + "; " +
                                          silence_message(s->first, s->second));
@@ -248,6 +255,10 @@ private:
     using clock = std::chrono::steady_clock;
     using queue_t = match_queue<tcp_op, tcp_message>;
     static constexpr std::size_t max_control_bytes = 1 << 20;  // an abort reason
+    // The largest unsent tail of a half-written message that a failure copies to keep the
+    // stream whole for the abort frame behind it; past it the connection is closed instead
+    // (the peer then learns of the failure from the end of the stream and the other ranks).
+    static constexpr std::size_t max_detached_tail = std::size_t{64} << 20;
     // After a failure, how long the abort frames and the shutdown may take: the process can
     // exit within a second of the failure.
     static constexpr std::chrono::milliseconds exit_grace{500};
@@ -264,22 +275,52 @@ private:
         op.done = true;
     }
 
-    // A whole message from src: into the oldest receive posted for it, else queued.
+    // A whole message from src, held (counted in unexpected_): into the oldest receive posted
+    // for it, else queued.
     void arrived(rank_t src, tag_t tag, heap_bytes bytes) {
-        if (auto r = queue_of(src).take_receive(me_, src, tag)) return deliver(*r, bytes.span());
+        if (auto r = queue_of(src).take_receive(me_, src, tag)) {
+            unexpected_ -= bytes.size;
+            return deliver(*r, bytes.span());
+        }
         queue_of(src).messages().push_back({tag, std::move(bytes)});
     }
 
-    // The message `op` wants may be arriving right now into a heap buffer (no receive was
-    // posted when its header came): take it over, so that the rest lands in the user's buffer.
+    // The message `op` wants may be arriving right now into a heap buffer, or be parked (no
+    // receive was posted when its header came): take it over, so that the rest lands in the
+    // user's buffer. A parked message of another size fails `op` and is read into nothing; one
+    // of another collective at the same sequence number fails `op` and stays.
     bool take_over(tcp_peer& p, std::shared_ptr<tcp_op> const& op) {
-        if (!p.in_frame || p.in_op || p.in_discard || p.in_type != tcp_wire::frame_data || p.in_tag != op->tag ||
-            p.in_size != op->size || queue_of(p.rank).has_receive_for(op->tag))
+        if (!p.in_frame || p.in_op || p.in_discard || p.in_type != tcp_wire::frame_data ||
+            queue_of(p.rank).has_receive_for(op->tag))
             return false;
-        if (p.in_got) std::memcpy(op->in, p.in_heap.data.get(), p.in_got);
-        p.in_heap = {};
-        p.in_op = op;
+        if (p.parked && tags_conflict(op->tag, p.in_tag)) {
+            op->fail(errc::tag_mismatch, collective_mismatch_message(me_, op->tag, p.rank, p.in_tag));
+            return true;
+        }
+        if (p.in_tag != op->tag) return false;
+        if (p.parked && !check_size(*op, me_, p.in_size)) {
+            p.in_discard = true;
+        } else if (p.in_size != op->size) {
+            return false;
+        } else {
+            if (p.in_got) std::memcpy(op->in, p.in_heap.data.get(), p.in_got);
+            if (!p.parked) unexpected_ -= p.in_size;
+            p.in_heap = {};
+            p.in_op = op;
+        }
+        if (std::exchange(p.parked, false)) p.pump_read(*this);  // its bytes may be staged already
         return true;
+    }
+
+    // A parked message (see begin_frame), if one is: its sender, and what it holds back.
+    std::optional<std::pair<rank_t, std::string>> parked_message() const {
+        for (auto const& p : peers_)
+            if (p && p->parked)
+                return std::pair{p->rank, "rank " + std::to_string(p->rank) + " sent a message of " + std::to_string(p->in_size) +
+                                              " bytes (" + describe_tag(p->in_tag) +
+                                              ") that no receive took, which holds back what it sent after it "
+                                              "(CHORUS_MAX_UNEXPECTED_BYTES = " + std::to_string(max_unexpected_) + ")"};
+        return std::nullopt;
     }
 
     // ---- failure ---------------------------------------------------------------------------
@@ -291,6 +332,12 @@ private:
     void fail_group(rank_t blame, std::string const& reason, bool spread = true) noexcept {
         if (!failure_.set(blame, reason)) return;
         failed_at_ = clock::now();
+        told_ = spread;
+        try {
+            told_blame_ = blame;
+            told_reason_ = reason;
+        } catch (...) {
+        }
         report_blame(blame_fd_, me_, blame);
         for (auto& q : queues_) q.drop_receives();
         for (auto& p : peers_) {
@@ -320,11 +367,13 @@ private:
             p.in_op.reset();
             p.in_heap = {};
             p.in_discard = true;
+            p.parked = false;  // read on, into nothing (poll_once reads it again)
         }
         std::erase_if(p.out, [](tcp_frame const& f) { return f.op && f.sent == 0; });
         if (p.out.empty() || !p.out.front().op) return;
         tcp_frame& f = p.out.front();
         std::size_t const from = f.sent > tcp_wire::header_size ? f.sent - tcp_wire::header_size : 0;
+        if (f.size - from > max_detached_tail) return close_peer(p);  // a copy would cost more than the abort frame is worth
         try {
             f.owned.assign(f.op->out + from, f.op->out + f.size);
             f.skip = from;
@@ -402,9 +451,13 @@ private:
         flushing_ = true;
         bool const failed = failure_.failed();
         auto const deadline = clock::now() + (failed ? exit_grace : setup_);
-        // The goodbyes, then the end of our streams.
-        for (auto& p : peers_)
-            if (p && !p->finished && !failed) queue_control(*p, tcp_wire::frame_goodbye, {});
+        // The goodbyes (after a failure an abort, unless we told it already: our end of stream
+        // must not read as a failure of ours), then the end of our streams.
+        for (auto& p : peers_) {
+            if (!p || p->finished) continue;
+            if (!failed) queue_control(*p, tcp_wire::frame_goodbye, {});
+            else if (!told_) queue_control(*p, tcp_wire::frame_abort, told_reason_, told_blame_);
+        }
         settle(deadline, [](tcp_peer const& p) { return p.out.empty(); });
         for (auto& p : peers_) {
             if (!p || p->finished) continue;
@@ -540,7 +593,9 @@ private:
         ready_.clear();
         for (auto& p : peers_) {
             if (!p || p->finished) continue;
-            fds_.push_back({p->sock.native_handle(), static_cast<short>(POLLIN | (p->wants_write() ? POLLOUT : 0)), 0});
+            // A parked connection is not read (flow control), only watched for its end.
+            short const in = p->parked ? POLLRDHUP : POLLIN;
+            fds_.push_back({p->sock.native_handle(), static_cast<short>(in | (p->wants_write() ? POLLOUT : 0)), 0});
             ready_.push_back(p.get());
         }
         timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
@@ -549,7 +604,10 @@ private:
         // why the write that fails next failed.
         for (std::size_t i = 0; i < fds_.size(); ++i) {
             short const ev = fds_[i].revents;
-            if (ev & (POLLIN | POLLHUP | POLLERR)) ready_[i]->pump_read(*this);
+            if (ready_[i]->parked && (ev & (POLLRDHUP | POLLHUP | POLLERR)))
+                connection_error(*ready_[i], "it closed while its message of " + std::to_string(ready_[i]->in_size) +
+                                                 " bytes waited for a receive");
+            else if (ev & (POLLIN | POLLHUP | POLLERR)) ready_[i]->pump_read(*this);
             if ((ev & (POLLOUT | POLLERR)) && !ready_[i]->finished) ready_[i]->pump_write(*this);
         }
     }
@@ -597,8 +655,16 @@ private:
                                       std::to_string(max_message_));
             return;
         }
+        if (h.type == tcp_wire::frame_data && p.in_size > max_unexpected_ - std::min(unexpected_, max_unexpected_)) {
+            // Flow control: no more unexpected data is held. The message waits in the socket
+            // (and the sender's send with it) until its receive is posted; what the sender
+            // sends after it waits too.
+            p.parked = true;
+            return;
+        }
         try {
             p.in_heap = heap_bytes::make(p.in_size);
+            if (h.type == tcp_wire::frame_data) unexpected_ += p.in_size;
         } catch (...) {
             p.in_frame = false;
             connection_error(p, "out of memory for a message of " + std::to_string(h.size) + " bytes");
@@ -629,6 +695,8 @@ private:
     std::chrono::milliseconds heartbeat_;
     std::chrono::microseconds spin_;
     std::size_t max_message_;  // the largest message accepted before its receive is posted
+    std::size_t max_unexpected_;  // the most bytes held for receives not yet posted
+    std::size_t unexpected_ = 0;  // bytes held (or being read) for receives not yet posted
     int blame_fd_;             // CHORUS_BLAME_FD, or -1
     // io_ first: sockets (in peers_) must be destroyed before their io_context.
     std::unique_ptr<asio::io_context> io_;
@@ -638,6 +706,9 @@ private:
     std::vector<tcp_peer*> ready_;
     group_failure failure_;
     clock::time_point failed_at_{};
+    bool told_ = false;            // the peers got an abort frame from us
+    rank_t told_blame_ = -1;       // the failure, to tell at shutdown if it came from a peer
+    std::string told_reason_;
     std::optional<std::pair<rank_t, std::string>> pending_;  // a failure found inside a read
     bool flushing_ = false;  // flush() or shutdown() drive the sockets of a failed group
     bool shut_ = false;
