@@ -122,7 +122,8 @@ absent)
     ;;
 stray)
     # While rank 2 is late, connections that are not chorus ranks hit the master: garbage,
-    # a hello with a wrong token claiming rank 2's slot, and a silent connection. The job
+    # a hello claiming rank 2's slot whose mac (32 bytes of x) answers no challenge, and a
+    # silent connection. The job
     # must ignore them all and pass.
     "$run" -n 3 -v --timeout-ms 20000 "$check" late 2 2500 >"$out" 2>"$err" &
     pid=$!
@@ -131,7 +132,7 @@ stray)
     printf 'GET / HTTP/1.0\r\n\r\n' >"/dev/tcp/127.0.0.1/$port" || fail "could not connect to the master"
     le64() { local v=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((v >> (8 * i)) & 255)))"; done; }
     token=$(printf 'x%.0s' $(seq 32))
-    { printf 'CHORUS01'; le64 2; le64 3; le64 1; le64 32; le64 9; printf '%s127.0.0.1' "$token"; } \
+    { printf 'CHORUS02'; le64 2; le64 3; le64 1; le64 9; printf '%s127.0.0.1' "$token"; } \
         >"/dev/tcp/127.0.0.1/$port" || fail "could not send the wrong-token hello"
     exec 3<>"/dev/tcp/127.0.0.1/$port"  # silent: held open until the job ends
     wait "$pid"

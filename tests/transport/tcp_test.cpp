@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -356,6 +357,43 @@ TEST_CASE("tcp: IPv6 loopback (::1)") {
     CHECK(good.load() == 3);
 }
 
+TEST_CASE("tcp: the handshake proves the token with HMAC-SHA256 of a fresh challenge, never sending it") {
+    using chorus::detail::hmac_sha256;
+    using chorus::detail::sha256;
+    auto hex = [](auto const& digest) {
+        std::string out;
+        char buf[3];
+        for (unsigned char b : digest) {
+            std::snprintf(buf, sizeof buf, "%02x", b);
+            out += buf;
+        }
+        return out;
+    };
+    // FIPS 180-4 and RFC 4231 vectors.
+    CHECK(hex(sha256().update(std::string_view("abc")).finish()) ==
+          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(hex(sha256().update(std::string(1000000, 'a')).finish()) ==
+          "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    CHECK(hex(hmac_sha256("Jefe", std::string_view("what do ya want "), std::string_view("for nothing?"))) ==
+          "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    CHECK(hex(hmac_sha256(std::string(131, '\xaa'), std::string_view("Test Using Larger Than Block-Size Key - Hash Key First"))) ==
+          "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+
+    namespace w = chorus::detail::tcp_wire;
+    std::string const token = "the-secret-token";
+    auto const a = w::make_challenge(), b = w::make_challenge();
+    CHECK(a.value != b.value);  // fresh each time: an answer cannot be replayed
+    auto const hello = w::encode_hello(1, 4, 5000, token, "10.0.0.1", a.value);
+    CHECK(std::search(hello.begin(), hello.end(), token.begin(), token.end()) == hello.end());
+    CHECK(hello != w::encode_hello(1, 4, 5000, token, "10.0.0.1", b.value));
+    auto const mesh = w::encode_mesh(2, token, a.value);
+    auto const m = w::decode_mesh(mesh.data());
+    CHECK(m.rank == 2);
+    CHECK(m.proof == w::mesh_mac(token, a.value, {mesh.data(), 16}));
+    CHECK(m.proof != w::mesh_mac("another token", a.value, {mesh.data(), 16}));
+    CHECK(w::decode_challenge(a.bytes.data()) == a.value);
+}
+
 TEST_CASE("tcp: stray connections to the master (garbage, wrong token, silent) are ignored") {
     asio::io_context io;
     std::vector<asio::ip::tcp::socket> strays;
@@ -368,26 +406,17 @@ TEST_CASE("tcp: stray connections to the master (garbage, wrong token, silent) a
         };
         std::vector<unsigned char> garbage(200, 0xab);
         asio::write(connect(), asio::buffer(garbage));
-        // A well-formed hello for rank 1, but from another job.
-        std::vector<unsigned char> hello;
+        // A well-formed hello for rank 1, but from another job: its mac, of another token (and
+        // another nonce: the master's challenge is not read here, its loop is not running yet),
+        // does not answer the master's challenge.
         namespace w = chorus::detail::tcp_wire;
-        std::string const token = "another-job", addr = "127.0.0.1";
-        w::append64(hello, w::hello_magic);
-        w::append64(hello, 1);
-        w::append64(hello, 3);
-        w::append64(hello, 1234);
-        w::append64(hello, token.size());
-        w::append64(hello, addr.size());
-        w::append(hello, token);
-        w::append(hello, addr);
-        asio::write(connect(), asio::buffer(hello));
+        asio::write(connect(), asio::buffer(w::encode_hello(1, 3, 1234, "another-job", "127.0.0.1", w::nonce{})));
         // Huge lengths must not make the master allocate or wait for them.
         std::vector<unsigned char> huge;
         w::append64(huge, w::hello_magic);
         w::append64(huge, 2);
         w::append64(huge, 3);
         w::append64(huge, 1234);
-        w::append64(huge, std::uint64_t{1} << 40);
         w::append64(huge, std::uint64_t{1} << 40);
         asio::write(connect(), asio::buffer(huge));
         connect();  // connects and says nothing, held open for the whole job

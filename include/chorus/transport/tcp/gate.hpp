@@ -28,6 +28,7 @@
 
 #include <chorus/fwd.hpp>
 #include <chorus/transport/tcp/net.hpp>
+#include <chorus/transport/tcp/wire.hpp>
 
 namespace chorus::detail {
 
@@ -35,6 +36,8 @@ namespace chorus::detail {
 struct tcp_incoming {
     explicit tcp_incoming(asio::io_context& io) : sock(io) {}
     asio::ip::tcp::socket sock;
+    tcp_wire::challenge challenge = tcp_wire::make_challenge();  // sent at once; the handshake answers it
+    std::string from;  // "address port N", noted at accept: a reset connection no longer knows it
     bool settled = false;
 };
 
@@ -45,6 +48,9 @@ public:
 
     /// A connection was accepted: its deadline starts; over the cap, the oldest stranger goes.
     void admit(std::shared_ptr<tcp_incoming> const& c) {
+        asio::error_code e;
+        auto const peer = c->sock.remote_endpoint(e);
+        if (!e) c->from = peer.address().to_string() + " port " + std::to_string(peer.port());
         prune();
         strangers_.push_back(c);
         if (strangers_.size() > cap()) refuse(*strangers_.front(), "too many connections without a handshake");
@@ -61,8 +67,7 @@ public:
         if (c.settled) return;
         c.settled = true;
         asio::error_code e;
-        auto const from = c.sock.remote_endpoint(e);
-        std::string const who = e ? std::string("an unknown peer") : from.address().to_string() + " port " + std::to_string(from.port());
+        std::string const who = c.from.empty() ? std::string("an unknown peer") : c.from;
         std::fprintf(stderr, "chorus: rank %d: refused a connection from %s: %s\n", me_, who.c_str(), why.c_str());
         if (farewell.empty()) {
             c.sock.close(e);

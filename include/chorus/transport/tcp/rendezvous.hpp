@@ -99,13 +99,12 @@ private:
         using tcp_incoming::tcp_incoming;
         std::array<unsigned char, tcp_wire::hello_head_size> head{};
         tcp_wire::hello_head hello{};
-        std::vector<unsigned char> rest;  // token, address
+        std::vector<unsigned char> rest;  // mac, address
         std::string addr;
     };
     struct mesh_in : tcp_incoming {  // a higher rank's mesh handshake
         using tcp_incoming::tcp_incoming;
         std::array<unsigned char, tcp_wire::mesh_head_size> head{};
-        std::vector<unsigned char> token;
         std::uint64_t rank = 0;
     };
 
@@ -175,17 +174,28 @@ private:
     void connect_master() {
         to_master_.async_connect(tcp::endpoint(master_ip_, cfg_.master_port), [this](asio::error_code e) {
             if (finished_) return;
-            if (!e) return send_hello();
+            if (!e) return read_master_challenge();
             asio::error_code ignore;
             to_master_.close(ignore);
             timers_.after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
         });
     }
 
-    void send_hello() {
+    // The master's challenge first: the hello answers it (wire.hpp).
+    void read_master_challenge() {
+        asio::async_read(to_master_, asio::buffer(challenge_in_), [this](asio::error_code e, std::size_t) {
+            if (finished_) return;
+            if (e) return void(fatal_ = me() + ": no challenge from the master at " + where_ + ": " + e.message());
+            auto const nonce = tcp_wire::decode_challenge(challenge_in_.data());
+            if (!nonce) return void(fatal_ = me() + ": " + where_ + " is not a chorus master of this version (no challenge)");
+            send_hello(*nonce);
+        });
+    }
+
+    void send_hello(tcp_wire::nonce const& nonce) {
         asio::error_code le;
         std::string const addr = advertised_.empty() ? to_master_.local_endpoint(le).address().to_string() : advertised_;
-        hello_ = tcp_wire::encode_hello(me_, cfg_.size, my_port_, cfg_.job_token, addr);
+        hello_ = tcp_wire::encode_hello(me_, cfg_.size, my_port_, cfg_.job_token, addr, nonce);
         asio::async_write(to_master_, asio::buffer(hello_), [this](asio::error_code e, std::size_t) {
             if (finished_) return;
             if (e) return void(fatal_ = me() + ": hello to the master failed: " + e.message());
@@ -258,12 +268,8 @@ private:
         auto const& h = j->hello = tcp_wire::decode_hello(j->head.data());
         if (e) return gate_.refuse(*j, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
         if (h.magic != tcp_wire::hello_magic) return gate_.refuse(*j, "not a chorus handshake");
-        if (h.token_len != cfg_.job_token.size()) return refuse_rank(*j, "wrong job token");
-        if (h.size != n_)
-            return refuse_rank(*j, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
-        if (h.rank >= n_ || h.addr_len > tcp_wire::max_addr || h.port == 0 || h.port > 65535)
-            return gate_.refuse(*j, "malformed handshake");
-        j->rest.resize(static_cast<std::size_t>(h.token_len + h.addr_len));
+        if (h.addr_len > tcp_wire::max_addr) return gate_.refuse(*j, "malformed handshake");
+        j->rest.resize(tcp_wire::mac_size + static_cast<std::size_t>(h.addr_len));
         asio::async_read(j->sock, asio::buffer(j->rest), [this, j](asio::error_code e2, std::size_t) {
             if (!finished_) on_hello_rest(j, e2);
         });
@@ -271,12 +277,18 @@ private:
 
     void on_hello_rest(std::shared_ptr<joiner> const& j, asio::error_code e) {
         if (j->settled) return;
-        auto const token_end = j->rest.begin() + static_cast<std::ptrdiff_t>(j->hello.token_len);
+        auto const mac_end = j->rest.begin() + static_cast<std::ptrdiff_t>(tcp_wire::mac_size);
         if (e) return gate_.refuse(*j, "closed during its handshake");
-        if (std::string(j->rest.begin(), token_end) != cfg_.job_token) return refuse_rank(*j, "wrong job token");
+        std::string const addr(mac_end, j->rest.end());
+        auto const expected = tcp_wire::hello_mac(cfg_.job_token, j->challenge.value, j->head, addr);
+        if (!equal_in_constant_time(expected, {j->rest.data(), tcp_wire::mac_size})) return refuse_rank(*j, "wrong job token");
+        auto const& h = j->hello;
+        if (h.size != n_)
+            return refuse_rank(*j, "it belongs to a job of " + std::to_string(h.size) + " ranks, this one has " + std::to_string(n_));
+        if (h.rank >= n_ || h.port == 0 || h.port > 65535) return gate_.refuse(*j, "malformed handshake");
         auto& slot = joined_[static_cast<std::size_t>(j->hello.rank)];
         if (slot) return refuse_rank(*j, "rank " + std::to_string(j->hello.rank) + " has already joined");
-        j->addr.assign(token_end, j->rest.end());
+        j->addr = addr;
         j->settled = true;
         slot = j;
         if (++joined_count_ == n_) send_tables();
@@ -303,12 +315,20 @@ private:
             if (finished_) return;
             if (e) return timers_.after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
             tune_socket(*sock);
-            auto hs = std::make_shared<std::vector<unsigned char>>(tcp_wire::encode_mesh(me_, cfg_.job_token));
-            asio::async_write(*sock, asio::buffer(*hs), [this, sock, hs, q](asio::error_code e2, std::size_t) {
+            auto hs = std::make_shared<std::vector<unsigned char>>(tcp_wire::challenge_size);
+            asio::async_read(*sock, asio::buffer(*hs), [this, sock, hs, q](asio::error_code e2, std::size_t) {
                 if (finished_) return;
-                if (e2) return void(fatal_ = me() + ": handshake with rank " + std::to_string(q) + " failed: " + e2.message());
-                sockets_[static_cast<std::size_t>(q)] = std::make_unique<tcp::socket>(std::move(*sock));
-                ++connected_;
+                auto const failed = me() + ": handshake with rank " + std::to_string(q) + " failed: ";
+                if (e2) return void(fatal_ = failed + e2.message());
+                auto const nonce = tcp_wire::decode_challenge(hs->data());
+                if (!nonce) return void(fatal_ = failed + "no challenge");
+                *hs = tcp_wire::encode_mesh(me_, cfg_.job_token, *nonce);
+                asio::async_write(*sock, asio::buffer(*hs), [this, sock, hs, q, failed](asio::error_code e3, std::size_t) {
+                    if (finished_) return;
+                    if (e3) return void(fatal_ = failed + e3.message());
+                    sockets_[static_cast<std::size_t>(q)] = std::make_unique<tcp::socket>(std::move(*sock));
+                    ++connected_;
+                });
             });
         });
     }
@@ -321,21 +341,15 @@ private:
         m->rank = h.rank;
         if (e) return gate_.refuse(*m, got ? "not a chorus handshake (" + std::to_string(got) + " bytes, then closed)" : "closed before its handshake");
         if (h.magic != tcp_wire::mesh_magic) return gate_.refuse(*m, "not a chorus handshake");
-        if (h.token_len != cfg_.job_token.size()) return gate_.refuse(*m, "wrong job token");
-        if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_ || sockets_[h.rank])
-            return gate_.refuse(*m, "unexpected rank " + std::to_string(h.rank));
-        m->token.resize(static_cast<std::size_t>(h.token_len));
-        asio::async_read(m->sock, asio::buffer(m->token), [this, m](asio::error_code e2, std::size_t) {
-            if (finished_ || m->settled) return;
-            if (e2) return gate_.refuse(*m, "closed during its handshake");
-            if (std::string(m->token.begin(), m->token.end()) != cfg_.job_token) return gate_.refuse(*m, "wrong job token");
-            auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
-            if (slot) return gate_.refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
-            tune_socket(m->sock);
-            m->settled = true;
-            slot = std::make_unique<tcp::socket>(std::move(m->sock));
-            ++accepted_;
-        });
+        auto const expected = tcp_wire::mesh_mac(cfg_.job_token, m->challenge.value, {m->head.data(), 16});
+        if (!equal_in_constant_time(expected, h.proof)) return gate_.refuse(*m, "wrong job token");
+        if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_) return gate_.refuse(*m, "unexpected rank " + std::to_string(h.rank));
+        auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
+        if (slot) return gate_.refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
+        tune_socket(m->sock);
+        m->settled = true;
+        slot = std::make_unique<tcp::socket>(std::move(m->sock));
+        ++accepted_;
     }
 
     // ---- 5. verify ---------------------------------------------------------------------------
@@ -435,6 +449,9 @@ private:
             if (e) return gate_.accept_failed(e, [this, &acceptor, on_head] { accept_loop(acceptor, on_head); });
             gate_.admit(c);
             accept_loop(acceptor, on_head);
+            // The challenge goes out at once; its answer is the handshake (a failed write ends
+            // in a failed read).
+            asio::async_write(c->sock, asio::buffer(c->challenge.bytes), [c](asio::error_code, std::size_t) {});
             asio::async_read(c->sock, asio::buffer(c->head), [this, on_head, c](asio::error_code e2, std::size_t got) {
                 if (!finished_) (this->*on_head)(c, e2, got);
             });
@@ -465,7 +482,8 @@ private:
     std::vector<unsigned char> refusal_text_;
     errc refused_code_ = errc::connection_failed;  // what fatal_ is, from the master's refusal
     rank_t refused_blame_ = -1;
-    bool awaiting_table_ = false;  // the hello went out; the master's table or refusal is due
+    bool awaiting_table_ = false;
+    std::array<unsigned char, tcp_wire::challenge_size> challenge_in_{};  // the master's  // the hello went out; the master's table or refusal is due
     bool have_table_ = false;
     // 2.-3. the master's side
     std::vector<std::shared_ptr<joiner>> joined_;

@@ -4,36 +4,48 @@
 
 // The bytes tcp_transport puts on the wire, all integers little-endian u64:
 //
-//   hello (rank -> master):  {hello_magic, rank, size, port, token length, address length}
-//                            token, address      (the address and port this rank listens on)
+//   challenge (whoever accepts a connection, at once): {challenge_magic} nonce[16]
+//   hello (rank -> master):  {hello_magic, rank, size, port, address length} mac[32] address
+//                            (the address and port this rank listens on)
 //   table (master -> rank):  {length} then for every rank {port, address length} address;
 //                            or, when the master refuses the rank or its rendezvous failed,
 //                            {refusal, errc, rank to blame, text length} text
-//   mesh (rank -> lower rank): {mesh_magic, rank, token length} token
+//   mesh (rank -> lower rank): {mesh_magic, rank} mac[32]
 //   frame (after the mesh):  {type, tag, size} then `size` payload bytes; types: data, abort
 //                            (payload: the reason; tag: the rank it blames, + 1; 0: the
 //                            sender), goodbye (size 0: "I am leaving the group"),
 //                            heartbeat (size 0: "I am alive", from the heartbeat thread)
 //
 // The magics make a connection from anything that is not a chorus rank of this version fail
-// its handshake at once (it is refused, the job goes on).
+// its handshake at once (it is refused, the job goes on). The job token never crosses the wire:
+// a mac is HMAC-SHA256(token, what it proves, the challenge's nonce, the handshake's other
+// bytes), so it shows the token is known without revealing it, holds for this connection only
+// (a captured handshake cannot be replayed) and binds the rank, size and address it came with.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <random>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include <chorus/detail/sha256.hpp>
 #include <chorus/fwd.hpp>
 
 namespace chorus::detail::tcp_wire {
 
-inline constexpr std::uint64_t hello_magic = 0x31305355524f4843ULL;  // "CHORUS01"
-inline constexpr std::uint64_t mesh_magic = 0x31304853454d4843ULL;   // "CHMESH01"
+inline constexpr std::uint64_t hello_magic = 0x32305355524f4843ULL;      // "CHORUS02"
+inline constexpr std::uint64_t mesh_magic = 0x32304853454d4843ULL;       // "CHMESH02"
+inline constexpr std::uint64_t challenge_magic = 0x32304c4148434843ULL;  // "CHCHAL02"
 inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 3, frame_heartbeat = 4;
-inline constexpr std::size_t header_size = 24, hello_head_size = 48, mesh_head_size = 24;
+inline constexpr std::size_t header_size = 24, hello_head_size = 40, mac_size = 32;
+inline constexpr std::size_t mesh_head_size = 16 + mac_size;  // the mac is part of it
+inline constexpr std::size_t nonce_size = 16, challenge_size = 8 + nonce_size;
 inline constexpr std::size_t max_token = 4096, max_addr = 256;
 inline constexpr std::uint64_t max_table = std::uint64_t{1} << 24;
 inline constexpr std::uint64_t refusal = ~std::uint64_t{0};  // in place of a table's length
@@ -66,33 +78,74 @@ inline void encode(unsigned char* out, frame_header const& h) noexcept {
 }
 inline frame_header decode_frame(unsigned char const* in) noexcept { return {get64(in), get64(in + 8), get64(in + 16)}; }
 
-/// A hello's fixed part; the token and the address follow it.
+using nonce = std::array<unsigned char, nonce_size>;
+using mac = std::array<unsigned char, mac_size>;
+
+/// A fresh challenge: its bytes, to send, and its nonce, to check the answer against.
+struct challenge {
+    std::array<unsigned char, challenge_size> bytes{};
+    nonce value{};
+};
+inline challenge make_challenge() {
+    challenge c;
+    std::random_device random;  // the kernel's random source
+    for (std::size_t i = 0; i < nonce_size; i += 4) {
+        unsigned const r = random();
+        for (std::size_t j = 0; j < 4; ++j) c.value[i + j] = static_cast<unsigned char>(r >> (8 * j));
+    }
+    put64(c.bytes.data(), challenge_magic);
+    std::copy(c.value.begin(), c.value.end(), c.bytes.begin() + 8);
+    return c;
+}
+/// The nonce of a challenge received, or nothing if it is not one.
+inline std::optional<nonce> decode_challenge(unsigned char const* in) noexcept {
+    if (get64(in) != challenge_magic) return std::nullopt;
+    nonce n{};
+    std::copy(in + 8, in + challenge_size, n.begin());
+    return n;
+}
+
+/// A hello's fixed part; the mac and the address follow it.
 struct hello_head {
-    std::uint64_t magic, rank, size, port, token_len, addr_len;
+    std::uint64_t magic, rank, size, port, addr_len;
 };
 inline hello_head decode_hello(unsigned char const* h) noexcept {
-    return {get64(h), get64(h + 8), get64(h + 16), get64(h + 24), get64(h + 32), get64(h + 40)};
+    return {get64(h), get64(h + 8), get64(h + 16), get64(h + 24), get64(h + 32)};
+}
+/// The mac of a hello whose fixed part is `head` (hello_head_size bytes) and address `addr`.
+inline mac hello_mac(std::string const& token, nonce const& n, std::span<unsigned char const> head, std::string_view addr) {
+    return hmac_sha256(token, std::string_view("chorus hello"), n, head, addr);
 }
 inline std::vector<unsigned char> encode_hello(rank_t rank, rank_t size, std::uint16_t port, std::string const& token,
-                                               std::string const& addr) {
+                                               std::string const& addr, nonce const& n) {
     std::vector<unsigned char> out;
     for (std::uint64_t v : {hello_magic, static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(size),
-                            std::uint64_t{port}, std::uint64_t{token.size()}, std::uint64_t{addr.size()}})
+                            std::uint64_t{port}, std::uint64_t{addr.size()}})
         append64(out, v);
-    append(out, token);
+    mac const m = hello_mac(token, n, out, addr);
+    out.insert(out.end(), m.begin(), m.end());
     append(out, addr);
     return out;
 }
 
-/// A mesh handshake's fixed part; the token follows it.
+/// A mesh handshake: its rank, and the mac of its first 16 bytes.
 struct mesh_head {
-    std::uint64_t magic, rank, token_len;
+    std::uint64_t magic, rank;
+    mac proof;
 };
-inline mesh_head decode_mesh(unsigned char const* h) noexcept { return {get64(h), get64(h + 8), get64(h + 16)}; }
-inline std::vector<unsigned char> encode_mesh(rank_t rank, std::string const& token) {
+inline mesh_head decode_mesh(unsigned char const* h) noexcept {
+    mesh_head m{get64(h), get64(h + 8), {}};
+    std::copy(h + 16, h + mesh_head_size, m.proof.begin());
+    return m;
+}
+inline mac mesh_mac(std::string const& token, nonce const& n, std::span<unsigned char const> head16) {
+    return hmac_sha256(token, std::string_view("chorus mesh"), n, head16);
+}
+inline std::vector<unsigned char> encode_mesh(rank_t rank, std::string const& token, nonce const& n) {
     std::vector<unsigned char> out;
-    for (std::uint64_t v : {mesh_magic, static_cast<std::uint64_t>(rank), std::uint64_t{token.size()}}) append64(out, v);
-    append(out, token);
+    for (std::uint64_t v : {mesh_magic, static_cast<std::uint64_t>(rank)}) append64(out, v);
+    mac const m = mesh_mac(token, n, out);
+    out.insert(out.end(), m.begin(), m.end());
     return out;
 }
 
