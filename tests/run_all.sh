@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the CUDA build where nvcc exists, the main build (unit,
-# header-check and package tests, warnings as errors), then the unit tests again under
-# ThreadSanitizer and under ASan + UBSan.
+# Builds and runs every test: the CUDA build where nvcc exists, the wire decoders' fuzz target
+# for 60 s where clang exists, the main build (unit, header-check and package tests, warnings as
+# errors), then the unit tests again under ThreadSanitizer and under ASan + UBSan.
 # Usage: tests/run_all.sh            (from anywhere; build trees go to build*/ in the checkout)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,17 @@ if [ -n "$nvcc" ]; then
     [ -z "$reason" ] || echo "CUDA tests: $reason"
 else
     echo "=== no nvcc: the CUDA transport is not built (install CUDA 12+ for it)"
+fi
+
+# The libFuzzer target for the TCP wire decoders, at most 60 s (clang only).
+if command -v clang++ >/dev/null; then
+    echo "=== build-fuzz: clang++ libFuzzer"
+    cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ -DCHORUS_BUILD_FUZZ=ON \
+        -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF -DCHORUS_INSTALL=OFF
+    cmake --build build-fuzz -j "$jobs" --target wire_fuzz
+    ctest --test-dir build-fuzz --output-on-failure -L fuzz
+else
+    echo "=== no clang++: the fuzz target is not built (install clang and libclang-rt-14-dev for it)"
 fi
 
 run build -DCHORUS_WERROR=ON

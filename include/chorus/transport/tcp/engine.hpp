@@ -680,8 +680,9 @@ private:
         } else if (p.in_type == tcp_wire::frame_abort) {
             // The rank it blames: the sender, unless it names another (not us: a peer that
             // timed out waiting for us blames itself, from where we stand).
-            auto const named = static_cast<std::int64_t>(p.in_tag) - 1;
-            rank_t const blame = named >= 0 && named < size() && named != me_ ? static_cast<rank_t>(named) : p.rank;
+            tag_t const named = p.in_tag;  // the blamed rank + 1, whatever a peer wrote there
+            bool const other = named >= 1 && named <= static_cast<tag_t>(size()) && named - 1 != static_cast<tag_t>(me_);
+            rank_t const blame = other ? static_cast<rank_t>(named - 1) : p.rank;
             heap_bytes const bytes = std::exchange(p.in_heap, {});
             fail_group(blame, printable(std::string_view(reinterpret_cast<char const*>(bytes.data.get()), bytes.size)), false);
         } else {
