@@ -132,13 +132,16 @@ stray)
     printf 'GET / HTTP/1.0\r\n\r\n' >"/dev/tcp/127.0.0.1/$port" || fail "could not connect to the master"
     le64() { local v=$1 i; for i in 0 1 2 3 4 5 6 7; do printf "\\x$(printf %02x $(((v >> (8 * i)) & 255)))"; done; }
     token=$(printf 'x%.0s' $(seq 32))
-    { printf 'CHORUS02'; le64 2; le64 3; le64 1; le64 9; printf '%s127.0.0.1' "$token"; } \
-        >"/dev/tcp/127.0.0.1/$port" || fail "could not send the wrong-token hello"
+    # Held open, as a rank waits for its answer (closed at once, its unread challenge would
+    # reset the connection before the master read the hello).
+    exec 4<>"/dev/tcp/127.0.0.1/$port" || fail "could not connect to the master"
+    { printf 'CHORUS02'; le64 2; le64 3; le64 1; le64 9; printf '%s127.0.0.1' "$token"; } >&4 \
+        || fail "could not send the wrong-token hello"
     exec 3<>"/dev/tcp/127.0.0.1/$port"  # silent: held open until the job ends
     wait "$pid"
     rc=$?
     pid=
-    exec 3<&-
+    exec 3<&- 4<&-
     [ "$rc" -eq 0 ] || fail "the job failed (rc $rc)"
     for r in 0 1 2; do expect "$out" "^\[rank$r\] rank $r: stress passed (3 ranks)"; done
     expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: not a chorus handshake (18 bytes, then closed)"
