@@ -26,6 +26,13 @@ fail() {
     exit 1
 }
 expect() { grep -q -- "$2" "$1" || fail "expected '$2' in $(basename "$1")"; }
+# When a rank said "$1 at N ms" on stdout: N.
+said_at() { sed -n "s/.*$1 at \([0-9]*\) ms.*/\1/p" "$out"; }
+# The error rank $1 raised (process_check's "rank R: error at N ms: ..."): sets line and t (N).
+error_of() {
+    line=$(grep "^\[rank$1\] rank $1: error at" "$err") || fail "rank $1 raised no error"
+    t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
+}
 # The rendezvous port chorusrun -v announces on stderr.
 master_port() {
     local port= _
@@ -44,13 +51,12 @@ kill)
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "chorusrun: rank 2 failed first (killed by signal 9"
-    killed=$(sed -n 's/.*rank 2: killing myself at \([0-9]*\) ms.*/\1/p' "$out")
+    killed=$(said_at "rank 2: killing myself")
     [ -n "$killed" ] || fail "rank 2 did not say when it died"
     for r in 0 1 3; do
         grep -q "^\[rank$r\] rank $r: in the allreduce loop" "$out" || fail "rank $r never reached the loop"
-        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        error_of $r
         case $line in *"rank 2"*) ;; *) fail "rank $r's error does not name rank 2: $line" ;; esac
-        t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
         echo "rank $r raised the error $((t - killed)) ms after rank 2 died: ${line#*ms: }"
     done
     echo "chorusrun exited with $rc $((end - killed)) ms after rank 2 died"
@@ -63,12 +69,11 @@ stop)
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "chorusrun: rank 2 failed first (.*named by ranks"
-    stopped=$(sed -n 's/.*rank 2: stopping myself at \([0-9]*\) ms.*/\1/p' "$out")
+    stopped=$(said_at "rank 2: stopping myself")
     [ -n "$stopped" ] || fail "rank 2 did not say when it stopped"
     for r in 0 1 3; do
-        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        error_of $r
         case $line in *"rank 2 sent nothing"*|*"failed at rank 2"*) ;; *) fail "rank $r's error does not blame rank 2: $line" ;; esac
-        t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
         [ $((t - stopped)) -lt 10000 ] || fail "rank $r named rank 2 only $((t - stopped)) ms after it stopped"
         echo "rank $r raised the error $((t - stopped)) ms after rank 2 stopped: ${line#*ms: }"
     done
@@ -81,12 +86,11 @@ early)
     "$run" -n 4 --timeout-ms 30000 "$check" early 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
-    left=$(sed -n 's/.*rank 2: leaving early at \([0-9]*\) ms.*/\1/p' "$out")
+    left=$(said_at "rank 2: leaving early")
     [ -n "$left" ] || fail "rank 2 did not say when it left"
     for r in 0 1 3; do
-        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        error_of $r
         case $line in *"rank 2 left the group"*) ;; *) fail "rank $r's error does not say rank 2 left: $line" ;; esac
-        t=$(sed -n 's/.*error at \([0-9]*\) ms.*/\1/p' <<<"$line")
         [ $((t - left)) -lt 10000 ] || fail "rank $r saw rank 2 leave only after $((t - left)) ms"
         echo "rank $r raised the error $((t - left)) ms after rank 2 left: ${line#*ms: }"
     done
@@ -102,7 +106,7 @@ insider)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "rank 0: error at .*rank 1 sent a message of 8589934592 bytes (tag 999) that no receive took"
     for r in 0 1 2 3; do
-        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        error_of $r
         case $line in *"rank 1"*) ;; *) fail "rank $r's error does not name rank 1: $line" ;; esac
         rss=$(sed -n "s/^\[rank$r\] rank $r: peak RSS \([0-9]*\) MiB/\1/p" "$err")
         [ -n "$rss" ] && [ "$rss" -lt 1024 ] || fail "rank $r's peak RSS is ${rss:-unknown} MiB"
@@ -177,7 +181,7 @@ mismatch)
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     for r in 0 1 2; do
-        line=$(grep "^\[rank$r\] rank $r: error at" "$err") || fail "rank $r raised no error"
+        error_of $r
         case $line in *"timed out"*) fail "rank $r timed out instead of seeing the mismatch: $line" ;; esac
         echo "rank $r: ${line#*ms: }"
     done

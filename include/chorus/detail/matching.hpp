@@ -172,6 +172,9 @@ private:
 class group_failure {
 public:
     bool failed() const noexcept { return rank_ >= 0; }
+    /// The rank the failure is blamed on, and why (once failed()).
+    rank_t blamed() const noexcept { return rank_; }
+    std::string const& reason() const noexcept { return reason_; }
 
     /// Records the failure unless one is recorded already; returns whether this call did.
     bool set(rank_t who, std::string const& reason) noexcept {

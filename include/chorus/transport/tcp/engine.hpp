@@ -126,10 +126,10 @@ inline void report_blame(int fd, rank_t me, rank_t blame) noexcept {
 }
 
 /// "rank 2 left the group" (its transport was destroyed, or its connection closed after its
-/// goodbye), seen from rank `me`, and what was still expected of it.
-inline std::string left_message(rank_t me, rank_t peer, std::string const& while_) {
-    return "rank " + std::to_string(me) + ": rank " + std::to_string(peer) +
-           " left the group (its transport was destroyed) while " + while_;
+/// goodbye) while rank `me` `still` (what it still expected of it).
+inline std::string left_message(rank_t me, rank_t peer, std::string const& still) {
+    std::string const rank = "rank " + std::to_string(me);
+    return rank + ": rank " + std::to_string(peer) + " left the group (its transport was destroyed) while " + rank + " " + still;
 }
 
 class tcp_socket_engine final : public tcp_engine {
@@ -172,7 +172,7 @@ public:
         op->out = bytes.data();
         tcp_peer& p = peer_at(peer);
         if (p.goodbye_in) {
-            fail_group(peer, left_message(me_, peer, "rank " + std::to_string(me_) + " was sending to it (" + describe_tag(tag) + ")"));
+            fail_group(peer, left_message(me_, peer, "was sending to it (" + describe_tag(tag) + ")"));
             failure_.throw_if_failed(me_);
         }
         if (p.finished) {
@@ -202,7 +202,7 @@ public:
             deliver(*op, it->bytes.span());
             queue.messages().erase(it);
         } else if (peer != me_ && peer_at(peer).goodbye_in && !peer_at(peer).in_frame) {
-            fail_group(peer, left_message(me_, peer, "rank " + std::to_string(me_) + " waited for a message from it (" + describe_tag(tag) + ")"));
+            fail_group(peer, left_message(me_, peer, "waited for a message from it (" + describe_tag(tag) + ")"));
             failure_.throw_if_failed(me_);
         } else if (peer == me_ || !take_over(peer_at(peer), op)) {
             queue.post(op);
@@ -215,16 +215,9 @@ public:
         if (!op->done) {
             queue_of(op->peer).unpost(*op);
             if (finished) failure_.throw_if_failed(me_);  // the group failed while we waited
-            // Timed out: a message nobody took that holds back what its sender sent after it, or
-            // a peer that went silent, is the likelier cause than the one waited for.
-            if (auto const parked = parked_message()) {
-                fail_group(parked->first, wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag) + "; " +
-                                              parked->second);
-                failure_.throw_if_failed(me_);
-            }
-            if (auto const s = silent_peer(clock::now(), 2 * heartbeat_)) {
-                fail_group(s->first, wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag) + "; " +
-                                         silence_message(s->first, s->second));
+            if (auto const cause = likelier_cause()) {
+                fail_group(cause->first,
+                           wait_timeout_message(me_, timeout_.count(), op->peer, op->is_send, op->tag) + "; " + cause->second);
                 failure_.throw_if_failed(me_);
             }
         }
@@ -312,14 +305,17 @@ private:
         return true;
     }
 
-    // A parked message (see begin_frame), if one is: its sender, and what it holds back.
-    std::optional<std::pair<rank_t, std::string>> parked_message() const {
+    // A wait timed out: a message nobody took that holds back what its sender sent after it
+    // (parked, see begin_frame), or a peer silent for two heartbeats, is the likelier cause
+    // than the peer waited for, which may well wait behind it. The rank to blame, and why.
+    std::optional<std::pair<rank_t, std::string>> likelier_cause() const {
         for (auto const& p : peers_)
             if (p && p->parked)
                 return std::pair{p->rank, "rank " + std::to_string(p->rank) + " sent a message of " + std::to_string(p->in_size) +
                                               " bytes (" + describe_tag(p->in_tag) +
                                               ") that no receive took, which holds back what it sent after it "
                                               "(CHORUS_MAX_UNEXPECTED_BYTES = " + std::to_string(max_unexpected_) + ")"};
+        if (auto const s = silent_peer(clock::now(), 2 * heartbeat_)) return std::pair{s->first, silence_message(s->first, s->second)};
         return std::nullopt;
     }
 
@@ -333,11 +329,6 @@ private:
         if (!failure_.set(blame, reason)) return;
         failed_at_ = clock::now();
         told_ = spread;
-        try {
-            told_blame_ = blame;
-            told_reason_ = reason;
-        } catch (...) {
-        }
         report_blame(blame_fd_, me_, blame);
         for (auto& q : queues_) q.drop_receives();
         for (auto& p : peers_) {
@@ -442,7 +433,7 @@ private:
         if (!expected)
             defer_failure(p.rank, "connection to rank " + std::to_string(p.rank) + " lost: " + why);
         else if (!shut_ && (pending || queue_of(p.rank).has_receives()))
-            defer_failure(p.rank, left_message(me_, p.rank, "rank " + std::to_string(me_) + " still exchanged messages with it"));
+            defer_failure(p.rank, left_message(me_, p.rank, "still exchanged messages with it"));
     }
 
     void shutdown() noexcept {
@@ -456,7 +447,7 @@ private:
         for (auto& p : peers_) {
             if (!p || p->finished) continue;
             if (!failed) queue_control(*p, tcp_wire::frame_goodbye, {});
-            else if (!told_) queue_control(*p, tcp_wire::frame_abort, told_reason_, told_blame_);
+            else if (!told_) queue_control(*p, tcp_wire::frame_abort, failure_.reason(), failure_.blamed());
         }
         settle(deadline, [](tcp_peer const& p) { return p.out.empty(); });
         for (auto& p : peers_) {
@@ -620,7 +611,7 @@ private:
         if (h.type == tcp_wire::frame_goodbye && h.size == 0) {
             p.goodbye_in = true;
             if (!failure_.failed() && queue_of(p.rank).has_receives())
-                defer_failure(p.rank, left_message(me_, p.rank, "rank " + std::to_string(me_) + " waited for a message from it"));
+                defer_failure(p.rank, left_message(me_, p.rank, "waited for a message from it"));
             return;
         }
         if ((h.type != tcp_wire::frame_data && h.type != tcp_wire::frame_abort) ||
@@ -707,9 +698,7 @@ private:
     std::vector<tcp_peer*> ready_;
     group_failure failure_;
     clock::time_point failed_at_{};
-    bool told_ = false;            // the peers got an abort frame from us
-    rank_t told_blame_ = -1;       // the failure, to tell at shutdown if it came from a peer
-    std::string told_reason_;
+    bool told_ = false;  // the peers got an abort frame from us (else shutdown tells them)
     std::optional<std::pair<rank_t, std::string>> pending_;  // a failure found inside a read
     bool flushing_ = false;  // flush() or shutdown() drive the sockets of a failed group
     bool shut_ = false;
