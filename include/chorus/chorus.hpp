@@ -11,7 +11,9 @@
 #include <chorus/config.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/group.hpp>
 #include <chorus/memory.hpp>
+#include <chorus/nonblocking.hpp>
 #include <chorus/point_to_point.hpp>
 #include <chorus/reduce/ops.hpp>
 #include <chorus/topology/binary_tree.hpp>

@@ -21,19 +21,25 @@
 #include <chorus/algorithm/dissemination_barrier.hpp>
 #include <chorus/algorithm/linear_broadcast.hpp>
 #include <chorus/algorithm/linear_gather.hpp>
+#include <chorus/algorithm/linear_gatherv.hpp>
 #include <chorus/algorithm/linear_scatter.hpp>
+#include <chorus/algorithm/linear_scatterv.hpp>
 #include <chorus/algorithm/pairwise_alltoall.hpp>
 #include <chorus/algorithm/pairwise_alltoallv.hpp>
 #include <chorus/algorithm/rabenseifner_allreduce.hpp>
 #include <chorus/algorithm/recursive_doubling_allreduce.hpp>
+#include <chorus/algorithm/recursive_doubling_scan.hpp>
 #include <chorus/algorithm/ring_allgather.hpp>
+#include <chorus/algorithm/ring_allgatherv.hpp>
 #include <chorus/algorithm/ring_allreduce.hpp>
 #include <chorus/algorithm/ring_reduce_scatter.hpp>
+#include <chorus/algorithm/ring_reduce_scatterv.hpp>
 #include <chorus/algorithm/scatter_allgather_broadcast.hpp>
 #include <chorus/algorithm/tree_allreduce.hpp>
 #include <chorus/algorithm/tree_broadcast.hpp>
 #include <chorus/algorithm/tree_reduce.hpp>
 #include <chorus/algorithm/tree_reduce_scatter.hpp>
+#include <chorus/algorithm/tree_reduce_scatterv.hpp>
 #include <chorus/detail/dispatch.hpp>
 #include <chorus/detail/select.hpp>
 #include <chorus/detail/tags.hpp>
@@ -58,6 +64,12 @@ using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabens
 using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree>;
 using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck>;
 using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
+using gatherv_algorithms = algorithms<collective_kind::gatherv, linear>;
+using scatterv_algorithms = algorithms<collective_kind::scatterv, linear>;
+using allgatherv_algorithms = algorithms<collective_kind::allgatherv, ring>;
+using reduce_scatterv_algorithms = algorithms<collective_kind::reduce_scatterv, ring, tree>;
+using scan_algorithms = algorithms<collective_kind::scan, recursive_doubling>;
+using exscan_algorithms = algorithms<collective_kind::exscan, recursive_doubling>;
 
 // The front doors' first check: `Op` reduces `T`. Misuse fails here, at the user's call, with
 // Op and T in this function's template arguments, instead of deep inside an algorithm; the
@@ -79,6 +91,18 @@ void run_only(Transport& tp, std::size_t bytes, Args&... args) {
 template <class Algo, class T, class Op, class Transport, class... Args>
 void reduce_door(Transport& tp, std::size_t bytes, Args&... args) {
     if constexpr (reduce_op_for<Op, T>()) run_only<reduce_algorithms, Algo, T, Op>(tp, bytes, args...);
+}
+
+// The reduce_scatter schedule for an op: the ring for a commutative one, else the tree.
+template <class Op, class T>
+choice reduce_scatter_choice() noexcept {
+    return is_commutative_v<Op, T> ? choice{ring::name, "commutative op"} : choice{tree::name, "non-commutative op: rank order"};
+}
+
+// The scan front doors: the op's check, then the one schedule.
+template <class List, class Algo, class T, class Op, class Transport>
+void scan_door(Transport& tp, std::span<T const> send, std::span<T> recv, Op& op) {
+    if constexpr (reduce_op_for<Op, T>()) run_only<List, Algo, T, Op>(tp, send.size_bytes(), send, recv, op);
 }
 
 } // namespace detail
@@ -164,7 +188,7 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
 /// Reduces every rank's `send` (p blocks of recv.size() elements) with `op`; rank r receives
 /// the reduction of block r. Algorithms: ring (commutative ops), tree (any op).
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op = sum>
-    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>> && (!count_range<Op>)
 void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
     using T = detail::element_t<S>;
     if constexpr (detail::reduce_op_for<Op, T>()) {
@@ -172,11 +196,7 @@ void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
         auto out = detail::to_span(recv);
         detail::run_collective<Algo, detail::reduce_scatter_algorithms, T, Op>(
             tp, in.size_bytes(),
-            [] {
-                return is_commutative_v<Op, T> ? detail::choice{ring::name, "commutative op"}
-                                               : detail::choice{tree::name, "non-commutative op: rank order"};
-            },
-            in, out, op);
+            [] { return detail::reduce_scatter_choice<Op, T>(); }, in, out, op);
     }
 }
 
@@ -215,6 +235,109 @@ void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, Send
     auto out = detail::to_span(recv);
     detail::run_only<detail::alltoallv_algorithms, Algo, detail::element_t<S>, void>(
         tp, in.size_bytes(), in, send_counts, send_displs, out, recv_counts, recv_displs);
+}
+
+/// In-place allgather (MPI_IN_PLACE): `data` holds p blocks; block r is rank r's contribution
+/// on entry, and every block holds its rank's on return. The algorithms of allgather.
+template <class Algo = automatic, transport Transport, writable_message_range R>
+void allgather(Transport& tp, R&& data) {
+    using T = detail::element_t<R>;
+    auto const all = detail::to_span(data);
+    auto const p = static_cast<std::size_t>(tp.size());
+    // The own block is copied out first: the schedules read their send buffer while they write
+    // the receive buffer, which must not overlap it. One block: 1/p of the output.
+    typename Transport::memory_space::template buffer<T> own(all.size() / p);
+    if (all.size() % p == 0) Transport::memory_space::copy(own.span(), detail::as_const(detail::slot(all, tp.rank(), own.size())));
+    chorus::allgather<Algo>(tp, detail::as_const(own.span()), all);
+}
+
+/// In-place alltoall: `data` holds p blocks, block j for rank j on entry, block i from rank i
+/// on return. The algorithms of alltoall, through one copy of `data`.
+template <class Algo = automatic, transport Transport, writable_message_range R>
+void alltoall(Transport& tp, R&& data) {
+    auto const all = detail::to_span(data);
+    typename Transport::memory_space::template buffer<detail::element_t<R>> copy(all.size());
+    Transport::memory_space::copy(copy.span(), detail::as_const(all));
+    chorus::alltoall<Algo>(tp, detail::as_const(copy.span()), all);
+}
+
+/// The root receives rank r's `send` (recv_counts[r] elements) into `recv`, blocks packed in
+/// rank order; `recv` and `recv_counts` are read at the root only. Algorithms: linear.
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, count_range Counts>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+void gatherv(Transport& tp, S const& send, R&& recv, Counts const& recv_counts, rank_t root) {
+    auto const in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::gatherv_algorithms, Algo, detail::element_t<S>, void>(tp, in.size_bytes(), in, out, recv_counts,
+                                                                                   root);
+}
+
+/// Rank r receives send_counts[r] elements of the root's `send` (packed in rank order) into
+/// `recv`; `send` and `send_counts` are read at the root only. Algorithms: linear.
+template <class Algo = automatic, transport Transport, message_range S, count_range Counts, writable_message_range R>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+void scatterv(Transport& tp, S const& send, Counts const& send_counts, R&& recv, rank_t root) {
+    auto const in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::scatterv_algorithms, Algo, detail::element_t<S>, void>(tp, out.size_bytes(), in, send_counts,
+                                                                                    out, root);
+}
+
+/// Every rank receives rank r's `send` (recv_counts[r] elements) into `recv`, packed in rank
+/// order; every rank passes the same counts. Algorithms: ring.
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, count_range Counts>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+void allgatherv(Transport& tp, S const& send, R&& recv, Counts const& recv_counts) {
+    auto const in = detail::to_const_span(send);
+    auto out = detail::to_span(recv);
+    detail::run_only<detail::allgatherv_algorithms, Algo, detail::element_t<S>, void>(tp, out.size_bytes(), in, out,
+                                                                                      recv_counts);
+}
+
+/// reduce_scatter with a count per rank (MPI_Reduce_scatter): `send` holds blocks of
+/// recv_counts[0], recv_counts[1], ... elements packed in rank order; rank r receives block r's
+/// reduction (recv_counts[r] elements). Algorithms: ring (commutative ops), tree (any op).
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, count_range Counts,
+          class Op = sum>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+void reduce_scatter(Transport& tp, S const& send, R&& recv, Counts const& recv_counts, Op op = {}) {
+    using T = detail::element_t<S>;
+    if constexpr (detail::reduce_op_for<Op, T>()) {
+        auto const in = detail::to_const_span(send);
+        auto out = detail::to_span(recv);
+        detail::run_collective<Algo, detail::reduce_scatterv_algorithms, T, Op>(
+            tp, in.size_bytes(), [] { return detail::reduce_scatter_choice<Op, T>(); }, in, out, recv_counts, op);
+    }
+}
+
+/// Inclusive prefix reduction (MPI_Scan): rank r receives op(send of rank 0, ..., send of rank
+/// r), in rank order (any op). Algorithms: recursive_doubling.
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op = sum>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+void scan(Transport& tp, S const& send, R&& recv, Op op = {}) {
+    detail::scan_door<detail::scan_algorithms, Algo>(tp, detail::to_const_span(send), detail::to_span(recv), op);
+}
+
+/// In-place scan: `data` is the contribution and receives the result.
+template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
+void scan(Transport& tp, R&& data, Op op = {}) {
+    auto const s = detail::to_span(data);
+    detail::scan_door<detail::scan_algorithms, Algo>(tp, detail::as_const(s), s, op);
+}
+
+/// Exclusive prefix reduction (MPI_Exscan): rank r receives the reduction over ranks 0 .. r-1;
+/// rank 0's `recv` is left as it was. Algorithms: recursive_doubling.
+template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op = sum>
+    requires std::same_as<detail::element_t<S>, detail::element_t<R>>
+void exscan(Transport& tp, S const& send, R&& recv, Op op = {}) {
+    detail::scan_door<detail::exscan_algorithms, Algo>(tp, detail::to_const_span(send), detail::to_span(recv), op);
+}
+
+/// In-place exscan: `data` is the contribution and receives the result (kept at rank 0).
+template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
+void exscan(Transport& tp, R&& data, Op op = {}) {
+    auto const s = detail::to_span(data);
+    detail::scan_door<detail::exscan_algorithms, Algo>(tp, detail::as_const(s), s, op);
 }
 
 } // namespace chorus

@@ -393,6 +393,30 @@ TEST_CASE("alltoallv: skewed counts with zero blocks, packed and with explicit d
     on_all_rank_counts([](auto& tp, failures& f) { checks::alltoallv(tp, f); });
 }
 
+TEST_CASE("gatherv, scatterv and allgatherv: skewed counts with zero blocks") {
+    on_all_rank_counts([](auto& tp, failures& f) { checks::gather_scatter_v(tp, f); });
+}
+
+TEST_CASE("reduce_scatter with per-rank counts") {
+    on_all_rank_counts([](auto& tp, failures& f) { checks::reduce_scatter_v(tp, f); });
+}
+
+TEST_CASE("allgather and alltoall in place") {
+    on_all_rank_counts([](auto& tp, failures& f) { checks::in_place(tp, f); });
+}
+
+TEST_CASE("scan and exscan") {
+    on_all_rank_counts([](auto& tp, failures& f) { checks::scans(tp, f); });
+}
+
+TEST_CASE("sub-groups: split, group, a group of a group") {
+    on_all_rank_counts([](auto& tp, failures& f) { checks::groups(tp, f); });
+}
+
+TEST_CASE("nonblocking collectives") {
+    on_all_rank_counts([](auto& tp, failures& f) { checks::nonblocking(tp, f); });
+}
+
 TEST_CASE("automatic broadcast, allgather and alltoall: thresholds, CHORUS_ALGO names for the new schedules") {
     using chorus::detail::choose_allgather;
     using chorus::detail::choose_broadcast;

@@ -413,6 +413,272 @@ void alltoallv(Tp& tp, failures& f) {
     }
 }
 
+// Skewed per-rank counts with zeros: rank r's count for size n (the v-collectives).
+inline std::vector<int> skewed_counts(rank_t p, std::size_t n) {
+    std::vector<int> c(static_cast<std::size_t>(p));
+    for (rank_t r = 0; r < p; ++r) c[static_cast<std::size_t>(r)] = static_cast<int>(static_cast<std::size_t>((r * 5 + 2) % 4) * n);
+    return c;
+}
+
+inline std::size_t offset_of(std::vector<int> const& counts, rank_t r) {
+    return static_cast<std::size_t>(std::accumulate(counts.begin(), counts.begin() + r, 0));
+}
+
+/// gatherv, scatterv, allgatherv: skewed counts with zero blocks, every root, int and double
+template <class Tp>
+void gather_scatter_v(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    for_each_type<int, double>([&]<class T>() {
+        for (std::size_t n : sizes(p)) {
+            auto const counts = skewed_counts(p, n);
+            auto const total = offset_of(counts, p);
+            auto const mine = static_cast<std::size_t>(counts[static_cast<std::size_t>(me)]);
+            // Element x of the packed vector belongs to the rank whose block holds it.
+            auto const owner = [&](std::size_t x) {
+                rank_t r = 0;
+                while (offset_of(counts, r + 1) <= x) ++r;
+                return r;
+            };
+            auto const element = [&](std::size_t x) { return payload<T>(owner(x), x - offset_of(counts, owner(x))); };
+            std::vector<T> own(mine);
+            for (std::size_t i = 0; i < mine; ++i) own[i] = payload<T>(me, i);
+            for (rank_t root : roots(p)) {
+                std::string const where = std::string(type_name<T>()) + " root=" + std::to_string(root);
+                std::vector<T> gathered(me == root ? total : 0, T{-1});
+                chorus::gatherv(tp, own, gathered, me == root ? counts : std::vector<int>{}, root);
+                compare(f, label("gatherv", "linear", p, n, where.c_str()), gathered, element);
+                std::vector<T> back(mine, T{-1});
+                chorus::scatterv(tp, gathered, me == root ? counts : std::vector<int>{}, back, root);
+                compare(f, label("scatterv", "linear", p, n, where.c_str()), back,
+                        [&](std::size_t i) { return payload<T>(me, i); });
+            }
+            std::vector<T> all(total, T{-1});
+            chorus::allgatherv(tp, own, all, counts);
+            compare(f, label("allgatherv", "ring", p, n, type_name<T>()), all, element);
+        }
+    });
+}
+
+/// reduce_scatter with per-rank counts: ring, tree and automatic, every op and type, skewed
+/// counts; the non-commutative matrix product keeps rank order (tree, automatic)
+template <class Tp>
+void reduce_scatter_v(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    for_each_algo<chorus::detail::reduce_scatterv_algorithms>([&]<class Algo>() {
+        for_each_type<int, float, double>([&]<class T>() {
+            for_each_op<T>([&](op_kind k, auto op) {
+                for (std::size_t n : sizes(p)) {
+                    auto const counts = skewed_counts(p, n);
+                    std::vector<T> send(offset_of(counts, p));
+                    for (std::size_t i = 0; i < send.size(); ++i) send[i] = value<T>(k, me, i);
+                    std::vector<T> recv(static_cast<std::size_t>(counts[static_cast<std::size_t>(me)]), T{-1});
+                    chorus::reduce_scatter<Algo>(tp, send, recv, counts, op);
+                    std::size_t const at = offset_of(counts, me);
+                    compare(f, label("reduce_scatter(counts)", algo_name<Algo>(), p, n, name(k)) + " " + type_name<T>(),
+                            recv, [&](std::size_t i) { return expected<T>(k, p, at + i); });
+                }
+            });
+        });
+    });
+    for_each_algo<chorus::detail::reduce_scatterv_algorithms, mat2, matmul>([&]<class Algo>() {
+        for (std::size_t n : sizes(p)) {
+            auto const counts = skewed_counts(p, n);
+            std::vector<mat2> send(offset_of(counts, p));
+            for (std::size_t i = 0; i < send.size(); ++i) send[i] = matrix(me, i);
+            std::vector<mat2> recv(static_cast<std::size_t>(counts[static_cast<std::size_t>(me)]));
+            chorus::reduce_scatter<Algo>(tp, send, recv, counts, matmul{});
+            std::size_t const at = offset_of(counts, me);
+            compare(f, label("reduce_scatter(counts)", algo_name<Algo>(), p, n, "matmul"), recv,
+                    [&](std::size_t i) { return matrix_product(p, at + i); });
+        }
+    });
+}
+
+/// allgather and alltoall in place (MPI_IN_PLACE), every algorithm
+template <class Tp>
+void in_place(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    for (std::size_t n : sizes(p)) {
+        for_each_algo<chorus::detail::allgather_algorithms>([&]<class Algo>() {
+            std::vector<double> all(up * n, -1.0);
+            for (std::size_t i = 0; i < n; ++i) all[static_cast<std::size_t>(me) * n + i] = payload<double>(me, i);
+            chorus::allgather<Algo>(tp, all);
+            compare(f, label("allgather", algo_name<Algo>(), p, n, "in place"), all,
+                    [&](std::size_t x) { return payload<double>(static_cast<rank_t>(x / n), x % n); });
+        });
+        for_each_algo<chorus::detail::alltoall_algorithms>([&]<class Algo>() {
+            std::vector<int> data(up * n);
+            for (std::size_t x = 0; x < up * n; ++x) data[x] = me * 100000 + static_cast<int>(x);
+            chorus::alltoall<Algo>(tp, data);
+            compare(f, label("alltoall", algo_name<Algo>(), p, n, "in place"), data, [&](std::size_t x) {
+                auto const from = static_cast<rank_t>(x / n);
+                return from * 100000 + static_cast<int>(static_cast<std::size_t>(me) * n + x % n);
+            });
+        });
+    }
+}
+
+/// scan and exscan: every op, type and size, separate buffers and in place; the matrix
+/// product keeps rank order
+template <class Tp>
+void scans(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    for_each_type<int, float, double>([&]<class T>() {
+        for_each_op<T>([&](op_kind k, auto op) {
+            for (std::size_t n : sizes(p)) {
+                std::vector<T> send(n), recv(n, T{-1});
+                for (std::size_t i = 0; i < n; ++i) send[i] = value<T>(k, me, i);
+                std::string const what = std::string(name(k)) + " " + type_name<T>();
+                chorus::scan(tp, send, recv, op);
+                compare(f, label("scan", "recursive_doubling", p, n, what.c_str()), recv,
+                        [&](std::size_t i) { return expected<T>(k, me + 1, i); });
+                std::vector<T> ex(n, T{-3});
+                chorus::exscan<chorus::recursive_doubling>(tp, send, ex, op);
+                compare(f, label("exscan", "recursive_doubling", p, n, what.c_str()), ex,
+                        [&](std::size_t i) { return me == 0 ? T{-3} : expected<T>(k, me, i); });
+                chorus::scan(tp, send, op);  // in place
+                compare(f, label("scan", "recursive_doubling", p, n, (what + " in place").c_str()), send,
+                        [&](std::size_t i) { return expected<T>(k, me + 1, i); });
+            }
+        });
+    });
+    for (std::size_t n : sizes(p)) {
+        std::vector<mat2> v(n);
+        for (std::size_t i = 0; i < n; ++i) v[i] = matrix(me, i);
+        std::vector<mat2> ex = v;
+        chorus::exscan(tp, ex, matmul{});
+        compare(f, label("exscan", "recursive_doubling", p, n, "matmul in place"), ex,
+                [&](std::size_t i) { return me == 0 ? matrix(0, i) : matrix_product(me, i); });
+        chorus::scan(tp, v, matmul{});
+        compare(f, label("scan", "recursive_doubling", p, n, "matmul in place"), v,
+                [&](std::size_t i) { return matrix_product(me + 1, i); });
+    }
+}
+
+/// Sub-groups: a rows x columns grid (split), the even ranks (group), a group of a group; the
+/// collectives of a row and a column in flight at once; point-to-point inside a group
+template <class Tp>
+void groups(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    rank_t const width = p >= 4 ? 2 : 1;  // rows of `width` ranks; the last row may be short
+    auto row = chorus::split(tp, me / width, me);
+    auto column = chorus::split(tp, me % width, -me);  // keys reversed: the last rank is group rank 0
+    std::string const where = "p=" + std::to_string(p) + " rank " + std::to_string(me);
+    if (!row || !column) {
+        f.add("split: " + where + " is in no group");
+        return;
+    }
+    rank_t const row_first = me / width * width, row_size = std::min(width, p - row_first);
+    rank_t const columns = (p - 1 - me % width) / width + 1;  // ranks of this column
+    if (row->rank() != me - row_first || row->size() != row_size || column->size() != columns ||
+        column->rank() != columns - 1 - me / width)
+        f.add("split: " + where + " has row rank " + std::to_string(row->rank()) + " of " + std::to_string(row->size()) +
+              ", column rank " + std::to_string(column->rank()) + " of " + std::to_string(column->size()));
+    // Sums over the row and over the column, both in flight at once, waited in reverse.
+    for (std::size_t n : sizes(p)) {
+        std::vector<long> by_row(n), by_column(n);
+        for (std::size_t i = 0; i < n; ++i) by_row[i] = by_column[i] = me * 1000 + static_cast<long>(i);
+        auto a = chorus::iallreduce(*row, by_row);
+        auto b = chorus::iallreduce(*column, by_column);
+        b.wait();
+        a.wait();
+        auto const sum_of = [&](auto& g, std::size_t i) {
+            long s = 0;
+            for (rank_t r : g.members()) s += r * 1000 + static_cast<long>(i);
+            return s;
+        };
+        compare(f, "iallreduce over a row, " + where + " n=" + std::to_string(n), by_row,
+                [&](std::size_t i) { return sum_of(*row, i); });
+        compare(f, "iallreduce over a column, " + where + " n=" + std::to_string(n), by_column,
+                [&](std::size_t i) { return sum_of(*column, i); });
+        // A scan down the column: in group rank order, the reversed parent order.
+        std::vector<long> prefix(n, me);
+        chorus::scan(*column, prefix);
+        compare(f, "scan over a column, " + where, prefix, [&](std::size_t) {
+            long s = 0;
+            for (rank_t r = 0; r <= column->rank(); ++r) s += column->parent_rank(r);
+            return s;
+        });
+    }
+    // The even ranks, in descending order; the odd ranks get no group.
+    std::vector<int> evens;
+    for (rank_t r = (p - 1) / 2 * 2; r >= 0; r -= 2) evens.push_back(r);
+    auto even = chorus::group(tp, evens);
+    if (even.has_value() != (me % 2 == 0)) f.add("group: " + where + " membership is wrong");
+    if (even) {
+        std::vector<int> v(3, me % 2 == 0 && even->rank() == 0 ? 77 : 0);
+        chorus::broadcast(*even, v, 0);
+        compare(f, "broadcast over the even ranks, " + where, v, [](std::size_t) { return 77; });
+        // A group of the group: its first two ranks (the two highest even ranks).
+        auto pair = chorus::split(*even, even->rank() < 2 ? 0 : chorus::undefined_color);
+        if (pair) {
+            int token = me, other = -1;
+            rank_t const peer = 1 - pair->rank();
+            if (pair->size() == 2) {
+                chorus::sendrecv(*pair, peer, std::span<int const>(&token, 1), peer, std::span<int>(&other, 1), 12345);
+                if (other != pair->parent_rank(peer)) f.add("sendrecv in a group of a group, " + where);
+            }
+        }
+    }
+    // A rank outside a split gets nothing, and the others still agree.
+    auto none = chorus::split(tp, me == 0 ? chorus::undefined_color : 1);
+    if (none.has_value() == (me == 0)) f.add("split with undefined_color: " + where);
+    if (none) {
+        std::vector<int> one{1};
+        chorus::allreduce(*none, one);
+        if (one[0] != p - 1) f.add("allreduce without rank 0, " + where + ": " + std::to_string(one[0]));
+    }
+}
+
+/// Nonblocking collectives: several in flight, waited in another order than started, with a
+/// blocking collective and test() polling between
+template <class Tp>
+void nonblocking(Tp& tp, failures& f) {
+    rank_t const p = tp.size();
+    rank_t const me = tp.rank();
+    auto const up = static_cast<std::size_t>(p);
+    for (std::size_t n : sizes(p)) {
+        std::string const where = "p=" + std::to_string(p) + " n=" + std::to_string(n);
+        std::vector<double> sum(n), max(n);
+        for (std::size_t i = 0; i < n; ++i) {
+            sum[i] = value<double>(op_kind::sum, me, i);
+            max[i] = value<double>(op_kind::maximum, me, i);
+        }
+        std::vector<int> bcast(n, me == p - 1 ? 5 : 0), mine(n, me), gathered(up * n, -1), scattered(n, -1),
+            contributions(up * n, me), transposed(up * n, -1), sent(up * n);
+        for (std::size_t x = 0; x < up * n; ++x) sent[x] = me * 1000 + static_cast<int>(x / std::max<std::size_t>(n, 1));
+        std::vector<int> counts(up, static_cast<int>(n)), vsent = sent, vrecv(up * n, -1);
+        std::vector<chorus::collective_request> requests;
+        requests.push_back(chorus::iallreduce(tp, sum));
+        requests.push_back(chorus::iallreduce(tp, max, chorus::maximum{}));
+        requests.push_back(chorus::ibroadcast(tp, bcast, p - 1));
+        requests.push_back(chorus::iallgather(tp, mine, gathered));
+        requests.push_back(chorus::ireduce_scatter(tp, contributions, scattered));
+        requests.push_back(chorus::ialltoall(tp, sent, transposed));
+        requests.push_back(chorus::ialltoallv(tp, vsent, counts, vrecv, counts));
+        requests.push_back(chorus::ibarrier(tp));
+        std::vector<int> blocking(2, 1);
+        chorus::allreduce(tp, blocking);  // a blocking collective while they are in flight
+        if (blocking[0] != p) f.add("blocking allreduce among nonblocking ones, " + where);
+        while (!requests[3].test()) chorus::progress();
+        for (auto it = requests.rbegin(); it != requests.rend(); ++it) it->wait();
+        compare(f, "iallreduce sum " + where, sum, [&](std::size_t i) { return expected<double>(op_kind::sum, p, i); });
+        compare(f, "iallreduce max " + where, max, [&](std::size_t i) { return expected<double>(op_kind::maximum, p, i); });
+        compare(f, "ibroadcast " + where, bcast, [](std::size_t) { return 5; });
+        compare(f, "iallgather " + where, gathered, [&](std::size_t x) { return static_cast<int>(x / n); });
+        compare(f, "ireduce_scatter " + where, scattered, [&](std::size_t) { return p * (p - 1) / 2; });
+        auto const from = [&](std::size_t x) { return static_cast<int>(x / n) * 1000 + me; };
+        compare(f, "ialltoall " + where, transposed, from);
+        compare(f, "ialltoallv " + where, vrecv, from);
+    }
+}
+
 /// Every check above, in a fixed order (all ranks must run the same sequence).
 template <class Tp>
 void all(Tp& tp, failures& f) {
@@ -427,6 +693,12 @@ void all(Tp& tp, failures& f) {
     allgather(tp, f);
     alltoall(tp, f);
     alltoallv(tp, f);
+    gather_scatter_v(tp, f);
+    reduce_scatter_v(tp, f);
+    in_place(tp, f);
+    scans(tp, f);
+    groups(tp, f);
+    nonblocking(tp, f);
 }
 
 }  // namespace checks

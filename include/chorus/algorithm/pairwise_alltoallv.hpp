@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/counts.hpp>
 #include <chorus/algorithm/detail/pairwise_exchange.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/ranges.hpp>
@@ -28,33 +29,6 @@
 namespace chorus {
 
 namespace detail {
-
-// Copies counts into size_t, rejecting a wrong length or negative entries.
-template <transport Transport, class R>
-std::vector<std::size_t> checked_counts(Transport& tp, R const& counts, char const* what) {
-    auto const p = static_cast<std::size_t>(tp.size());
-    check_size(tp, std::ranges::size(counts) == p, "alltoallv",
-               std::string(what) + " has " + std::to_string(std::ranges::size(counts)) + " entries, expected one per rank (" +
-                   std::to_string(p) + ")");
-    std::vector<std::size_t> out;
-    out.reserve(p);
-    for (auto c : counts) {
-        if constexpr (std::signed_integral<decltype(c)>)
-            check_size(tp, c >= 0, "alltoallv", std::string(what) + " has a negative entry " + std::to_string(c));
-        out.push_back(static_cast<std::size_t>(c));
-    }
-    return out;
-}
-
-inline std::vector<std::size_t> exclusive_prefix_sum(std::vector<std::size_t> const& counts) {
-    std::vector<std::size_t> displs(counts.size());
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < counts.size(); ++i) {
-        displs[i] = total;
-        total += counts[i];
-    }
-    return displs;
-}
 
 template <transport Transport>
 void check_layout(Transport& tp, std::vector<std::size_t> const& counts, std::vector<std::size_t> const& displs,
@@ -96,8 +70,8 @@ void alltoallv_exchange(Transport& tp, std::span<T const> send, std::vector<std:
 template <transport Transport, class T, count_range SendCounts, count_range RecvCounts>
 void pairwise_alltoallv(Transport& tp, std::span<T const> send, SendCounts const& send_counts, std::span<T> recv,
                RecvCounts const& recv_counts) {
-    auto const sc = detail::checked_counts(tp, send_counts, "send_counts");
-    auto const rc = detail::checked_counts(tp, recv_counts, "recv_counts");
+    auto const sc = detail::checked_counts(tp, send_counts, "alltoallv", "send_counts");
+    auto const rc = detail::checked_counts(tp, recv_counts, "alltoallv", "recv_counts");
     auto const sd = detail::exclusive_prefix_sum(sc);
     auto const rd = detail::exclusive_prefix_sum(rc);
     std::size_t const send_total = sc.empty() ? 0 : sd.back() + sc.back();
@@ -117,10 +91,10 @@ template <transport Transport, class T, count_range SendCounts, count_range Send
           count_range RecvDispls>
 void pairwise_alltoallv(Transport& tp, std::span<T const> send, SendCounts const& send_counts, SendDispls const& send_displs,
                std::span<T> recv, RecvCounts const& recv_counts, RecvDispls const& recv_displs) {
-    auto const sc = detail::checked_counts(tp, send_counts, "send_counts");
-    auto const sd = detail::checked_counts(tp, send_displs, "send_displs");
-    auto const rc = detail::checked_counts(tp, recv_counts, "recv_counts");
-    auto const rd = detail::checked_counts(tp, recv_displs, "recv_displs");
+    auto const sc = detail::checked_counts(tp, send_counts, "alltoallv", "send_counts");
+    auto const sd = detail::checked_counts(tp, send_displs, "alltoallv", "send_displs");
+    auto const rc = detail::checked_counts(tp, recv_counts, "alltoallv", "recv_counts");
+    auto const rd = detail::checked_counts(tp, recv_displs, "alltoallv", "recv_displs");
     detail::check_layout(tp, sc, sd, send.size(), "send");
     detail::check_layout(tp, rc, rd, recv.size(), "receive");
     // Receives run concurrently: overlapping targets would race.

@@ -22,6 +22,36 @@
 
 namespace chorus {
 
+namespace detail {
+
+/// The ring's steps, shared with ring_reduce_scatterv: `own(i)` is this rank's contribution to
+/// block i (any integer i, taken modulo p; blocks may differ in size), `largest` the largest
+/// block. Block i's reduction lands in `recv` at rank i.
+template <transport Transport, class T, class Op, class Own>
+void ring_reduce_scatter_steps(Transport& tp, tag_t tag, Own const& own, std::size_t largest, std::span<T> recv,
+                               Op const& op) {
+    rank_t const p = tp.size(), me = tp.rank();
+    using space = typename Transport::memory_space;
+    if (p == 1) space::copy(recv, own(0));
+    ring_topology const ring(p);
+    typename space::template buffer<T> first(p > 1 ? largest : 0), second(p > 2 ? largest : 0);
+    // The partial being sent (outgoing) and the one being received (inbox) never share
+    // memory; once a step completed, the outbox may be overwritten with the next partial.
+    std::span<T const> outgoing = own(me - 1);
+    for (rank_t step = 0; step + 1 < p; ++step) {
+        // The incoming partial holds the ranks before this one on block (me - step - 2)'s way.
+        std::span<T const> const mine = own(me - step - 2);
+        std::span<T> const inbox = first.span().first(mine.size());
+        sendrecv(tp, tag, ring.right(me), outgoing, ring.left(me), inbox);
+        std::span<T> const target = step + 2 == p ? recv : second.span().first(mine.size());
+        space::reduce(target, as_const(inbox), mine, op);
+        outgoing = target;
+    }
+    space::finalize(recv, op, p);
+}
+
+} // namespace detail
+
 /// Reduces every rank's `send` (p blocks of recv.size() elements) element-wise with the
 /// commutative `op`; rank r receives the reduction of block r in `recv`.
 /// @throws chorus::invalid_argument when send.size() != p * recv.size().
@@ -30,27 +60,12 @@ void ring_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> re
     static_assert(is_commutative_v<Op, T>,
                   "ring_reduce_scatter combines contributions in ring order, which needs a commutative op: "
                   "wrap a commutative function in chorus::commutative(f), or use tree_reduce_scatter");
-    rank_t const p = tp.size(), me = tp.rank();
+    rank_t const p = tp.size();
     std::size_t const n = recv.size();
     tag_t const tag =
         detail::begin_blocks(tp, detail::collective_kind::reduce_scatter, "the send buffer", send.size(), "recv.size()", n);
-    using space = typename Transport::memory_space;
     auto const own = [&](rank_t i) { return detail::slot(send, static_cast<rank_t>(detail::ring_index(i, p)), n); };
-    if (p == 1) space::copy(recv, own(0));
-    ring_topology const ring(p);
-    typename space::template buffer<T> first(p > 1 ? n : 0), second(p > 2 ? n : 0);
-    // The partial being sent (outbox) and the one being received (inbox) never share memory;
-    // once a step completed, the outbox may be overwritten with the next partial.
-    std::span<T> const inbox = first.span(), outbox = second.span();
-    std::span<T const> outgoing = own(me - 1);
-    for (rank_t step = 0; step + 1 < p; ++step) {
-        detail::sendrecv(tp, tag, ring.right(me), outgoing, ring.left(me), inbox);
-        bool const last = step + 2 == p;
-        // The incoming partial holds the ranks before this one on block (me - step - 2)'s way.
-        space::reduce(last ? recv : outbox, detail::as_const(inbox), own(me - step - 2), op);
-        outgoing = outbox;
-    }
-    space::finalize(recv, op, p);
+    detail::ring_reduce_scatter_steps(tp, tag, own, n, recv, op);
 }
 
 namespace detail {  // for the front door (detail/schedule.hpp)

@@ -8,7 +8,11 @@
 //
 //   bit 63      collective bit (user point-to-point tags stay below it)
 //   bits 56-62  collective kind, so two ranks in different collectives are told apart
-//   bits 0-55   the transport's collective sequence number
+//   bits 36-55  the sub-group (group.hpp): 0 for the transport's own collectives
+//   bits 0-35   the collective sequence number of the transport or sub-group
+//
+// A sub-group's messages travel over its parent's connections with the group's number in
+// bits 36-55; its user point-to-point tags (below 2^36) get kind 0 (no collective).
 
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +34,13 @@ enum class collective_kind : std::uint8_t {
     reduce_scatter,
     alltoall,
     alltoallv,
+    gatherv,
+    scatterv,
+    allgatherv,
+    reduce_scatterv,
+    scan,
+    exscan,
+    split,
 };
 
 inline constexpr char const* kind_name(collective_kind k) noexcept {
@@ -44,11 +55,21 @@ inline constexpr char const* kind_name(collective_kind k) noexcept {
     case collective_kind::reduce_scatter: return "reduce_scatter";
     case collective_kind::alltoall: return "alltoall";
     case collective_kind::alltoallv: return "alltoallv";
+    case collective_kind::gatherv: return "gatherv";
+    case collective_kind::scatterv: return "scatterv";
+    case collective_kind::allgatherv: return "allgatherv";
+    case collective_kind::reduce_scatterv: return "reduce_scatter";
+    case collective_kind::scan: return "scan";
+    case collective_kind::exscan: return "exscan";
+    case collective_kind::split: return "split";
     }
     return "collective";
 }
 
 inline constexpr tag_t sequence_mask = (tag_t{1} << 56) - 1;
+inline constexpr unsigned group_shift = 36;
+inline constexpr tag_t group_sequence_mask = (tag_t{1} << group_shift) - 1;
+inline constexpr std::uint64_t max_group_id = (std::uint64_t{1} << (56 - group_shift)) - 1;
 
 constexpr tag_t make_collective_tag(collective_kind k, std::uint64_t sequence) noexcept {
     return collective_tag_bit | (tag_t{static_cast<std::uint8_t>(k)} << 56) | (sequence & sequence_mask);
@@ -62,15 +83,26 @@ constexpr collective_kind tag_kind(tag_t t) noexcept {
 
 /// Two tags that belong to the same collective call on both ranks but name different
 /// collectives: the ranks disagree about which collective they are in.
+/// (A sub-group's user tags, kind 0, belong to no collective.)
 constexpr bool tags_conflict(tag_t posted, tag_t arrived) noexcept {
     return posted != arrived && is_collective_tag(posted) && is_collective_tag(arrived) &&
+           static_cast<std::uint8_t>(tag_kind(posted)) != 0 && static_cast<std::uint8_t>(tag_kind(arrived)) != 0 &&
            tag_sequence(posted) == tag_sequence(arrived);
 }
 
-/// "allreduce #3" or "tag 17", for error messages.
+/// The sub-group a tag belongs to (0: the transport itself).
+constexpr std::uint64_t tag_group(tag_t t) noexcept {
+    return is_collective_tag(t) ? tag_sequence(t) >> group_shift : 0;
+}
+
+/// "allreduce #3", "allreduce #3 of group 2", "tag 17" or "tag 17 of group 2", for error messages.
 inline std::string describe_tag(tag_t t) {
     if (!is_collective_tag(t)) return "tag " + std::to_string(t);
-    return std::string(kind_name(tag_kind(t))) + " #" + std::to_string(tag_sequence(t));
+    std::uint64_t const group = tag_group(t);
+    std::uint64_t const sequence = group ? tag_sequence(t) & group_sequence_mask : tag_sequence(t);
+    std::string const of = group ? " of group " + std::to_string(group) : "";
+    if (static_cast<std::uint8_t>(tag_kind(t)) == 0) return "tag " + std::to_string(sequence) + of;
+    return std::string(kind_name(tag_kind(t))) + " #" + std::to_string(sequence) + of;
 }
 
 /// `text` with control characters escaped (\n, \x1b, ...): a reason that came from another
