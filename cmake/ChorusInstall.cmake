@@ -15,6 +15,13 @@ if(TARGET chorusrun)
 endif()
 set(_chorus_cmakedir "${CMAKE_INSTALL_DATADIR}/cmake/chorus")
 
+# `cmake --install` right after configuring would fail deep inside with "cannot find
+# .../chorusrun": say what to do instead, first.
+if(TARGET chorusrun)
+    install(CODE "if(NOT EXISTS \"$<TARGET_FILE:chorusrun>\")
+    message(FATAL_ERROR \"chorus: build before installing: cmake --build ${PROJECT_BINARY_DIR} (the package includes the chorusrun launcher)\")
+endif()")
+endif()
 install(TARGETS ${_chorus_targets} EXPORT chorus-targets RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 install(DIRECTORY "${PROJECT_SOURCE_DIR}/include/chorus" DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
 install(EXPORT chorus-targets

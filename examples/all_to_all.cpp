@@ -37,7 +37,12 @@ std::string format_groups(std::vector<int> const& values, std::vector<int> const
     for (int count : counts) {
         if (count == 0) continue;
         if (at) s += ", ";
-        for (int k = 0; k < count; ++k, ++at) s += (k ? "," : "") + std::to_string(values[at]);
+        for (int k = 0; k < count; ++k, ++at) {
+            // Two appends, not s += (k ? "," : "") + ...: g++ 12 at -O3 warns (-Wrestrict) of an
+            // overlap inside the temporary string's insert that cannot happen.
+            if (k) s += ',';
+            s += std::to_string(values[at]);
+        }
     }
     return s + "]";
 }

@@ -261,3 +261,140 @@ TEST_CASE("automatic selection follows message size and op traits") {
     CHECK(choose_allreduce(4, 64 << 20, true).algorithm == chorus::ring::name);
     CHECK(choose_allreduce(4, 64 << 20, false).algorithm == chorus::rabenseifner::name);
 }
+
+TEST_CASE("v-collectives: counts that do not add up are a clear invalid_argument") {
+    SUBCASE("allgatherv: counts of the wrong length, a negative count, a sum that misses the buffer") {
+        for (auto const& [counts, part] : std::vector<std::pair<std::vector<int>, std::string>>{
+                 {{1, 1}, "2 entries, expected one per rank (3)"},
+                 {{1, -1, 1}, "negative entry -1"},
+                 {{1, 1, 2}, "recv_counts sum to 4 but the receive buffer holds 3"}}) {
+            auto const seen = run_recording(3, [&](auto& tp) {
+                std::vector<int> send(1), recv(3);
+                chorus::allgatherv(tp, send, recv, counts);
+            });
+            for (rank_t r = 0; r < 3; ++r) {
+                CAPTURE(r);
+                CHECK(seen[r].code == chorus::errc::invalid_argument);
+                CHECK(contains(seen[r].what, part));
+            }
+        }
+    }
+    SUBCASE("gatherv: a rank sends more than the root's count for it: size mismatch naming it") {
+        auto const seen = run_recording(3, [](auto& tp) {
+            std::vector<int> send(tp.rank() == 2 ? 3 : 1), recv(tp.rank() == 0 ? 3 : 0);
+            chorus::gatherv(tp, send, recv, std::vector<int>{1, 1, 1}, 0);
+        });
+        CHECK(seen[0].code == chorus::errc::size_mismatch);
+        CHECK(seen[0].peer == 2);
+    }
+    SUBCASE("reduce_scatter with counts: this rank's count differs from its receive buffer") {
+        auto const seen = run_recording(2, [](auto& tp) {
+            std::vector<double> send(5), recv(tp.rank() == 1 ? 2 : 3);
+            chorus::reduce_scatter(tp, send, recv, std::vector<int>{3, 2});
+            std::vector<double> wrong(2);
+            chorus::reduce_scatter(tp, send, wrong, std::vector<int>{3, 2});  // rank 0: 3 != 2
+        });
+        CHECK(seen[0].code == chorus::errc::invalid_argument);
+        CHECK(contains(seen[0].what, "recv_counts[0] is 3 but the receive buffer holds 2"));
+        CHECK(seen[1].threw);
+    }
+    SUBCASE("scan: buffers of different sizes") {
+        auto const seen = run_recording(2, [](auto& tp) {
+            std::vector<int> send(4), recv(3);
+            chorus::scan(tp, send, recv);
+        });
+        for (rank_t r = 0; r < 2; ++r) CHECK(contains(seen[r].what, "scan: the receive buffer holds 3 elements"));
+    }
+}
+
+TEST_CASE("sub-groups: bad arguments, mismatched lists, tags too large") {
+    SUBCASE("group: a rank out of range or listed twice fails every rank") {
+        for (auto const& [ranks, part] : std::vector<std::pair<std::vector<int>, std::string>>{
+                 {{0, 4}, "rank 4 is out of range"}, {{1, 1}, "rank 1 is listed twice"}}) {
+            auto const seen = run_recording(4, [&](auto& tp) { (void)chorus::group(tp, ranks); });
+            for (rank_t r = 0; r < 4; ++r) {
+                CAPTURE(r);
+                CHECK(seen[r].code == chorus::errc::invalid_argument);
+                CHECK(contains(seen[r].what, part));
+            }
+        }
+    }
+    SUBCASE("group: ranks that pass different lists all throw, and the parent stays usable") {
+        auto const seen = run_recording(3, [](auto& tp) {
+            std::vector<int> ranks{0, 1};
+            if (tp.rank() == 2) ranks = {0, 2};
+            try {
+                (void)chorus::group(tp, ranks);
+            } catch (chorus::invalid_argument const&) {
+                std::vector<int> one{1};
+                chorus::allreduce(tp, one);  // the parent still works
+                if (one[0] == 3) throw;
+            }
+        });
+        for (rank_t r = 0; r < 3; ++r) {
+            CAPTURE(r);
+            CHECK(seen[r].code == chorus::errc::invalid_argument);
+            CHECK(contains(seen[r].what, "rank 2 passed another list of ranks than rank 0"));
+        }
+    }
+    SUBCASE("split: a color below -1; a user tag of 2^36 in a group") {
+        auto const seen = run_recording(2, [](auto& tp) { (void)chorus::split(tp, tp.rank() == 1 ? -5 : 0); });
+        CHECK(seen[1].code == chorus::errc::invalid_argument);
+        CHECK(contains(seen[1].what, "color -5"));
+        CHECK(seen[0].threw);
+        auto const seen2 = run_recording(2, [](auto& tp) {
+            auto g = chorus::split(tp, 0);
+            std::vector<int> v(1);
+            (void)g->isend(1 - g->rank(), chorus::tag_t{1} << 36, std::as_bytes(std::span(v)));
+        });
+        for (rank_t r = 0; r < 2; ++r) CHECK(contains(seen2[r].what, "too large for a sub-group"));
+    }
+    SUBCASE("a group's mismatched collectives are named with the group") {
+        auto const seen = run_recording(2, [](auto& tp) {
+            auto g = chorus::split(tp, 0);
+            std::vector<int> v(4);
+            if (g->rank() == 0) chorus::allreduce(*g, v);
+            else chorus::broadcast(*g, v, 0);
+        });
+        bool named = false;
+        for (rank_t r = 0; r < 2; ++r) named = named || contains(seen[r].what, "#0 of group");
+        CHECK(named);
+    }
+}
+
+TEST_CASE("nonblocking collectives: failures reach wait(), an abandoned one fails the group") {
+    SUBCASE("bad arguments throw from wait() on the rank that passed them; its peers fail too") {
+        auto const seen = run_recording(3, [](auto& tp) {
+            std::vector<int> send(2), recv(tp.rank() == 1 ? 5 : 6);
+            auto r = chorus::iallgather(tp, send, recv);
+            r.wait();
+        });
+        CHECK(seen[1].code == chorus::errc::invalid_argument);
+        CHECK(seen[0].threw);
+        CHECK(seen[2].threw);
+    }
+    SUBCASE("a request destroyed before it completed aborts the group, naming the collective") {
+        auto const seen = run_recording(2, [](auto& tp) {
+            std::vector<int> v(8, 1);
+            if (tp.rank() == 0) {
+                auto r = chorus::iallreduce(tp, v);  // rank 1 never joins: destroyed pending
+            } else {
+                std::vector<int> w(1);
+                chorus::recv(tp, 0, w);  // fails once rank 0 aborted
+            }
+        });
+        CHECK(seen[1].code == chorus::errc::peer_failed);
+        CHECK(contains(seen[1].what, "abandoned a pending iallreduce #0"));
+    }
+    SUBCASE("a peer that never joins: wait() times out, naming it") {
+        auto const seen = run_recording(
+            2,
+            [](auto& tp) {
+                std::vector<int> v(8, 1);
+                if (tp.rank() == 0) chorus::iallreduce(tp, v).wait();
+            },
+            300ms);
+        CHECK(seen[0].threw);
+        CHECK((seen[0].code == chorus::errc::timeout || seen[0].code == chorus::errc::peer_failed));
+    }
+}

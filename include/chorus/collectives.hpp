@@ -320,6 +320,7 @@ void scan(Transport& tp, S const& send, R&& recv, Op op = {}) {
 
 /// In-place scan: `data` is the contribution and receives the result.
 template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
+    requires(!std::ranges::range<Op>)  // scan(tp, send, recv) is the other form
 void scan(Transport& tp, R&& data, Op op = {}) {
     auto const s = detail::to_span(data);
     detail::scan_door<detail::scan_algorithms, Algo>(tp, detail::as_const(s), s, op);
@@ -335,6 +336,7 @@ void exscan(Transport& tp, S const& send, R&& recv, Op op = {}) {
 
 /// In-place exscan: `data` is the contribution and receives the result (kept at rank 0).
 template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
+    requires(!std::ranges::range<Op>)  // scan(tp, send, recv) is the other form
 void exscan(Transport& tp, R&& data, Op op = {}) {
     auto const s = detail::to_span(data);
     detail::scan_door<detail::exscan_algorithms, Algo>(tp, detail::as_const(s), s, op);

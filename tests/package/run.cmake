@@ -3,7 +3,8 @@
 #   cmake -DKIND=find_package|add_subdirectory|fetchcontent
 #         -DCHORUS_SOURCE_DIR=<checkout> -DCHORUS_BINARY_DIR=<configured chorus build>
 #         -DWORK_DIR=<scratch dir, deleted first> [-DGENERATOR=Ninja] [-DCXX_COMPILER=...]
-#         [-DMAKE_PROGRAM=...] [-DWITH_ASIO=ON]
+#         [-DMAKE_PROGRAM=...] [-DWITH_ASIO=ON] [-DHIDE_ASIO=ON]   (find_package only:
+#         the consumer's find_package(Asio) finds nothing, as on a machine without Asio)
 #         [-DCUDA_COMPILER=<nvcc> -DCUDA_ARCHITECTURES=...] -P run.cmake   (find_package only)
 
 foreach(_var IN ITEMS KIND CHORUS_SOURCE_DIR WORK_DIR)
@@ -66,6 +67,9 @@ if(KIND STREQUAL "find_package")
     run_step("install" "${CMAKE_COMMAND}" --install "${CHORUS_BINARY_DIR}" --prefix "${WORK_DIR}/prefix")
     # Only the fresh private prefix may supply chorus, not the user package registry.
     list(APPEND _configure "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
+    if(HIDE_ASIO)
+        list(APPEND _configure -DCMAKE_DISABLE_FIND_PACKAGE_Asio=TRUE)
+    endif()
 else()
     list(APPEND _configure "-DCHORUS_SOURCE_DIR=${CHORUS_SOURCE_DIR}" "-DCHORUS_WITH_ASIO=${WITH_ASIO}")
 endif()
