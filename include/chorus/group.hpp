@@ -156,20 +156,20 @@ struct split_entry {
     std::int64_t color, key, last_number, digest;
 };
 
-// The parent's ranks' entries, in rank order: an allgather over the parent itself when its
-// buffers are host memory, else over the control channel a device transport runs on.
+// The parent's ranks' entries, in rank order: an allgather over the control channel of a
+// transport that has one (a staged transport: its own buffers may be device memory), else over
+// the parent itself, whose buffers must then be host memory.
 template <transport Transport>
 std::vector<split_entry> exchange_entries(Transport& tp, split_entry mine) {
     std::array<std::int64_t, 4> const own{mine.color, mine.key, mine.last_number, mine.digest};
     std::vector<std::int64_t> all(4 * static_cast<std::size_t>(tp.size()));
-    if constexpr (host_transport<Transport>) {
-        chorus::allgather(tp, own, all);
-    } else if constexpr (requires { tp.control(); }) {
+    if constexpr (requires { tp.control(); }) {
         chorus::allgather(tp.control(), own, all);
     } else {
         static_assert(host_transport<Transport>,
                       "chorus::split / chorus::group: a device transport needs a control() channel in host memory "
                       "for the exchange (a group of a device transport's group is not supported)");
+        chorus::allgather(tp, own, all);
     }
     std::vector<split_entry> out;
     for (std::size_t i = 0; i < all.size(); i += 4) out.push_back({all[i], all[i + 1], all[i + 2], all[i + 3]});

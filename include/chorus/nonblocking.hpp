@@ -285,6 +285,8 @@ collective_request start_nonblocking(Transport& tp, char const* name, Body body)
 } // namespace detail
 
 /// allreduce, started: `data` must stay valid and untouched until the request completed.
+/// The buffers of every i-collective are lvalues or views (borrowed ranges): a temporary would
+/// be gone before the collective is.
 template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
     requires std::ranges::borrowed_range<R>
 collective_request iallreduce(Transport& tp, R&& data, Op op = {}) {
@@ -302,8 +304,9 @@ collective_request ibroadcast(Transport& tp, R&& data, rank_t root) {
 
 /// allgather, started.
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
-    requires std::ranges::borrowed_range<R> && std::same_as<detail::element_t<S>, detail::element_t<R>>
-collective_request iallgather(Transport& tp, S const& send, R&& recv) {
+    requires std::ranges::borrowed_range<S> && std::ranges::borrowed_range<R> &&
+             std::same_as<detail::element_t<S>, detail::element_t<R>>
+collective_request iallgather(Transport& tp, S&& send, R&& recv) {
     auto const in = detail::to_const_span(send);
     auto const out = detail::to_span(recv);
     return detail::start_nonblocking(tp, "iallgather", [in, out](auto& view) { chorus::allgather<Algo>(view, in, out); });
@@ -311,8 +314,9 @@ collective_request iallgather(Transport& tp, S const& send, R&& recv) {
 
 /// reduce_scatter, started.
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op = sum>
-    requires std::ranges::borrowed_range<R> && std::same_as<detail::element_t<S>, detail::element_t<R>>
-collective_request ireduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
+    requires std::ranges::borrowed_range<S> && std::ranges::borrowed_range<R> &&
+             std::same_as<detail::element_t<S>, detail::element_t<R>>
+collective_request ireduce_scatter(Transport& tp, S&& send, R&& recv, Op op = {}) {
     auto const in = detail::to_const_span(send);
     auto const out = detail::to_span(recv);
     return detail::start_nonblocking(tp, "ireduce_scatter",
@@ -321,8 +325,9 @@ collective_request ireduce_scatter(Transport& tp, S const& send, R&& recv, Op op
 
 /// alltoall, started.
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
-    requires std::ranges::borrowed_range<R> && std::same_as<detail::element_t<S>, detail::element_t<R>>
-collective_request ialltoall(Transport& tp, S const& send, R&& recv) {
+    requires std::ranges::borrowed_range<S> && std::ranges::borrowed_range<R> &&
+             std::same_as<detail::element_t<S>, detail::element_t<R>>
+collective_request ialltoall(Transport& tp, S&& send, R&& recv) {
     auto const in = detail::to_const_span(send);
     auto const out = detail::to_span(recv);
     return detail::start_nonblocking(tp, "ialltoall", [in, out](auto& view) { chorus::alltoall<Algo>(view, in, out); });
@@ -331,8 +336,9 @@ collective_request ialltoall(Transport& tp, S const& send, R&& recv) {
 /// alltoallv, started. The counts are copied: they may go once it returned.
 template <class Algo = automatic, transport Transport, message_range S, count_range SendCounts,
           writable_message_range R, count_range RecvCounts>
-    requires std::ranges::borrowed_range<R> && std::same_as<detail::element_t<S>, detail::element_t<R>>
-collective_request ialltoallv(Transport& tp, S const& send, SendCounts const& send_counts, R&& recv,
+    requires std::ranges::borrowed_range<S> && std::ranges::borrowed_range<R> &&
+             std::same_as<detail::element_t<S>, detail::element_t<R>>
+collective_request ialltoallv(Transport& tp, S&& send, SendCounts const& send_counts, R&& recv,
                               RecvCounts const& recv_counts) {
     auto const in = detail::to_const_span(send);
     auto const out = detail::to_span(recv);

@@ -319,7 +319,24 @@ void in_flight_schedules(rendezvous_transport& tp, failures& f) {
         std::fill(recv.begin(), recv.end(), -1);
         chorus::bruck_alltoall(tp, std::span<int const>(send), std::span<int>(recv));
         compare(f, checks::label("alltoall", "bruck", p, n), recv, transposed);
+        // Nonblocking: their waits hand control back while a send waits for this rank's progress.
+        std::vector<double> a(n), b(n);
+        for (std::size_t i = 0; i < n; ++i) a[i] = b[i] = value<double>(op_kind::sum, me, i);
+        auto first = chorus::iallreduce<chorus::ring>(tp, a);
+        auto second = chorus::iallreduce<chorus::rabenseifner>(tp, b);
+        std::fill(recv.begin(), recv.end(), -1);
+        auto third = chorus::ialltoall(tp, send, recv);
+        third.wait();
+        second.wait();
+        first.wait();
+        auto const sum = [&](std::size_t i) { return expected<double>(op_kind::sum, p, i); };
+        compare(f, checks::label("iallreduce", "ring", p, n), a, sum);
+        compare(f, checks::label("iallreduce", "rabenseifner", p, n), b, sum);
+        compare(f, checks::label("ialltoall", "automatic", p, n), recv, transposed);
     }
+    // The v-collectives and scans, whose receives are all posted at once.
+    checks::gather_scatter_v(tp, f);
+    checks::scans(tp, f);
 }
 
 }  // namespace
@@ -343,7 +360,14 @@ static_assert(instantiated(&chorus::dissemination_barrier<arch>, &chorus::linear
                            &chorus::pairwise_alltoall<arch, float>,
                            static_cast<void (*)(arch&, std::span<float const>, std::vector<int> const&, std::span<float>,
                                                 std::vector<int> const&)>(
-                               &chorus::pairwise_alltoallv<arch, float, std::vector<int>, std::vector<int>>)));
+                               &chorus::pairwise_alltoallv<arch, float, std::vector<int>, std::vector<int>>),
+                           &chorus::linear_gatherv<arch, float, std::vector<int>>,
+                           &chorus::linear_scatterv<arch, float, std::vector<int>>,
+                           &chorus::ring_allgatherv<arch, float, std::vector<int>>,
+                           &chorus::ring_reduce_scatterv<arch, float, std::vector<int>, csum>,
+                           &chorus::tree_reduce_scatterv<arch, float, std::vector<int>, aop>,
+                           &chorus::recursive_doubling_scan<arch, float, aop>,
+                           &chorus::recursive_doubling_exscan<arch, float, aop>));
 
 TEST_CASE("allreduce: every algorithm, op, type and size against the oracle") {
     on_all_rank_counts([](auto& tp, failures& f) { checks::allreduce(tp, f); });

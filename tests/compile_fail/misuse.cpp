@@ -22,8 +22,13 @@ void use(chorus::loopback_transport& tp) {
     };
     std::vector<point> points(4);
     chorus::allreduce(tp, points, chorus::sum{});
+#elif defined(SECTION_NONBLOCKING_TEMPORARY)
+    // The collective would outlive the vector: a nonblocking collective takes no temporaries.
+    auto r = chorus::iallreduce(tp, std::vector<int>(4));
 #else
     chorus::allreduce<chorus::tree>(tp, v, concat);
+    auto r = chorus::iallreduce(tp, v);  // an lvalue: fine
+    r.wait();
 #endif
 }
 

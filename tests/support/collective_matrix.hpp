@@ -606,6 +606,26 @@ void groups(Tp& tp, failures& f) {
             return s;
         });
     }
+    // Two groups of the same ranks, collectives started in opposite orders on even and odd
+    // ranks (legal: only each group's own order must agree): their tags must keep them apart.
+    auto twin_a = chorus::split(tp, 0), twin_b = chorus::split(tp, 0);
+    for (std::size_t n : {std::size_t{3}, std::size_t{1000}}) {
+        std::vector<int> a(n, me), b(n + 1, 2 * me);
+        chorus::collective_request ra, rb;
+        if (me % 2 == 0) {
+            ra = chorus::iallreduce(*twin_a, a);
+            rb = chorus::iallreduce(*twin_b, b);
+        } else {
+            rb = chorus::iallreduce(*twin_b, b);
+            ra = chorus::iallreduce(*twin_a, a);
+        }
+        ra.wait();
+        rb.wait();
+        compare(f, "two groups of the same ranks, opposite orders, group a, " + where, a,
+                [&](std::size_t) { return p * (p - 1) / 2; });
+        compare(f, "two groups of the same ranks, opposite orders, group b, " + where, b,
+                [&](std::size_t) { return p * (p - 1); });
+    }
     // The even ranks, in descending order; the odd ranks get no group.
     std::vector<int> evens;
     for (rank_t r = (p - 1) / 2 * 2; r >= 0; r -= 2) evens.push_back(r);

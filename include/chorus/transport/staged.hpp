@@ -41,6 +41,9 @@ public:
     rank_t local_rank() const noexcept { return engine_->local_rank(); }
     std::chrono::milliseconds timeout() const noexcept { return engine_->timeout(); }
     Device& device() noexcept { return engine_->device(); }
+    /// The control channel, a host-memory transport of the same ranks. Its own collectives may
+    /// run on it (chorus::split does) as long as every rank calls them in the same order.
+    Control& control() noexcept { return engine_->control(); }
 
     request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         return {engine_.get(), engine_->isend(peer, tag, bytes)};

@@ -107,6 +107,8 @@ public:
         else return me_;  // a control channel without nodes (loopback): every rank is local
     }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+    /// The control channel (host memory): what a split exchanges its ranks' colors over.
+    Control& control() noexcept { return *control_; }
     std::uint64_t next_sequence() noexcept { return sequence_++; }
     Device& device() noexcept { return device_; }
 

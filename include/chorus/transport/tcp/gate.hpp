@@ -53,7 +53,7 @@ public:
         if (!e) c->from = peer.address().to_string() + " port " + std::to_string(peer.port());
         prune();
         strangers_.push_back(c);
-        if (strangers_.size() > cap()) refuse(*strangers_.front(), "too many connections without a handshake");
+        if (strangers_.size() > cap()) refuse(oldest_silent(), "too many connections without a handshake");
         timers_.after(grace_, [this, c] {
             if (!c->settled) refuse(*c, "no handshake within " + std::to_string(grace_.count()) + " ms");
         });
@@ -89,7 +89,7 @@ public:
         prune();
         bool const starved = e == asio::error::no_descriptors || e == asio::error::no_buffer_space ||
                              e == asio::error::no_memory || e.value() == ENFILE;
-        if (starved && !strangers_.empty()) refuse(*strangers_.front(), "closed to free a file descriptor");
+        if (starved && !strangers_.empty()) refuse(oldest_silent(), "closed to free a file descriptor");
         timers_.after(std::chrono::milliseconds(10), std::move(again));
     }
 
@@ -104,6 +104,18 @@ public:
 private:
     void prune() {
         std::erase_if(strangers_, [](auto const& c) { return c->settled; });
+    }
+
+    // The stranger to close first: the oldest that said nothing yet. A rank whose handshake is
+    // in the socket, not yet read (a loaded master reads it a little later), is not silent:
+    // closing it would fail the job for a flood it took no part in. All said something: the
+    // oldest. Pre: strangers_ is not empty.
+    tcp_incoming& oldest_silent() {
+        for (auto const& c : strangers_) {
+            asio::error_code e;
+            if (c->sock.available(e) == 0 || e) return *c;
+        }
+        return *strangers_.front();
     }
 
     // A quarter of the descriptors this process may open (at least 16).
