@@ -36,6 +36,7 @@
 #endif
 #endif
 #if defined(CHORUS_FIBER_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #if defined(CHORUS_FIBER_TSAN)
@@ -62,6 +63,7 @@ public:
         if (p == MAP_FAILED) throw std::bad_alloc();
         mapping_ = p;
         ::mprotect(mapping_, page_, PROT_NONE);  // a guard page below the stack: overflow faults
+        unpoison_stack();
         ::getcontext(&context_);
         context_.uc_stack.ss_sp = static_cast<char*>(mapping_) + page_;
         context_.uc_stack.ss_size = stack_bytes;
@@ -78,6 +80,7 @@ public:
 #if defined(CHORUS_FIBER_TSAN)
         __tsan_destroy_fiber(tsan_fiber_);
 #endif
+        unpoison_stack();
         ::munmap(mapping_, stack_bytes + page_);
     }
 
@@ -114,6 +117,15 @@ private:
     static fiber*& current_ref() noexcept {
         thread_local fiber* running = nullptr;
         return running;
+    }
+
+    // AddressSanitizer keeps the redzones of a stack's frames poisoned in its shadow memory,
+    // and a fiber's last frames never return: its stack is unpoisoned when made (the range may
+    // have held another stack) and before it is unmapped (the range may be reused for anything).
+    void unpoison_stack() noexcept {
+#if defined(CHORUS_FIBER_ASAN)
+        __asan_unpoison_memory_region(static_cast<char*>(mapping_) + page_, stack_bytes);
+#endif
     }
 
     // Saves the running context in `from` and runs `to`; returns when `from` is resumed.
