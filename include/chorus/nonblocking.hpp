@@ -20,7 +20,8 @@
 // collective would; with several in flight it polls them all, yielding the CPU between rounds.
 //
 // Rules: the buffers stay valid and untouched until wait() returned (or test() said true);
-// the request is used on the thread that started it; a request destroyed before completing
+// the request is used, and destroyed, on the thread that started it (its fiber and the list of
+// collectives in flight belong to that thread); a request destroyed before completing
 // aborts the group (as a point-to-point request does). A rank blocked outside chorus's
 // requests (in a blocking receive, or computing without test()) does not move its
 // i-collectives on, and a peer waiting for them waits, at most its timeout.
