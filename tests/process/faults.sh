@@ -2,13 +2,17 @@
 # Fault tests across real processes: what a user sees when a rank dies, never starts, gets
 # stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
 #
-# Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK
+# Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK [TRANSPORT]
 #   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | exit | signal
+#   TRANSPORT: tcp (the default) or shm (process_check --transport shm; kill, stop, early and
+#   mismatch, with the same expectations: the contract is the transport concept's)
 # Each case prints how long the failure took to be reported (for the note) and exits
 # non-zero on the first unmet expectation. Bounds are asserted only where they are the
 # contract (a stopped rank named within 10 s, an early exit named at once), with wide margins.
 set -uo pipefail
-case_name=$1 run=$2 check=$3
+case_name=$1 run=$2 check=$3 transport=${4:-tcp}
+targs=()
+[ "$transport" = tcp ] || targs=(--transport "$transport")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/chorus-faults.XXXXXX")
 pid=
 cleanup() {
@@ -47,7 +51,7 @@ master_port() {
 case $case_name in
 kill)
     # 4 ranks in a loop of 4 MiB ring allreduces; rank 2 SIGKILLs itself 300 ms after its first.
-    "$run" -n 4 --timeout-ms 30000 "$check" kill 2 300 >"$out" 2>"$err"
+    "$run" -n 4 --timeout-ms 30000 "$check" "${targs[@]}" kill 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "chorusrun: rank 2 failed first (killed by signal 9"
@@ -60,12 +64,15 @@ kill)
         echo "rank $r raised the error $((t - killed)) ms after rank 2 died: ${line#*ms: }"
     done
     echo "chorusrun exited with $rc $((end - killed)) ms after rank 2 died"
+    # Shared memory leaves nothing behind: its segments never had a name.
+    leftovers=$(find /dev/shm -maxdepth 1 -name '*chorus*' 2>/dev/null)
+    [ -z "$leftovers" ] || fail "left in /dev/shm: $leftovers"
     ;;
 stop)
     # Rank 2 SIGSTOPs itself in the middle of the allreduce loop: it never exits and its host
     # still acknowledges every packet, so only the missing heartbeats tell. Every other rank
     # must name it within 10 s (the collective timeout is 30 s); chorusrun names it too.
-    "$run" -n 4 --timeout-ms 30000 --grace-ms 500 "$check" stop 2 300 >"$out" 2>"$err"
+    "$run" -n 4 --timeout-ms 30000 --grace-ms 500 "$check" "${targs[@]}" stop 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "chorusrun: rank 2 failed first (.*named by ranks"
@@ -83,7 +90,7 @@ early)
     # Rank 2 returns from main after the first allreduce; the others start a second one. They
     # must fail at once naming it ("left the group"), not time out (30 s) blaming each other.
     start=$(now_ms)
-    "$run" -n 4 --timeout-ms 30000 "$check" early 2 300 >"$out" 2>"$err"
+    "$run" -n 4 --timeout-ms 30000 "$check" "${targs[@]}" early 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     left=$(said_at "rank 2: leaving early")
@@ -177,7 +184,7 @@ flood)
 mismatch)
     # Rank 1 passes 1001 elements, the others 1000: an error on every rank, not a hang.
     start=$(now_ms)
-    "$run" -n 3 --timeout-ms 30000 "$check" mismatch >"$out" 2>"$err"
+    "$run" -n 3 --timeout-ms 30000 "$check" "${targs[@]}" mismatch >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     for r in 0 1 2; do

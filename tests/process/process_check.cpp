@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// One rank of a multi-process test over tcp_transport, started by chorusrun (or by hand with
+// One rank of a multi-process test over tcp_transport (or shm_transport, with
+// `--transport shm` before the mode), started by chorusrun (or by hand with
 // RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). The mode says what the job does:
 //
 //   process_check matrix             every collective x algorithm x op x type x size against
@@ -18,6 +19,7 @@
 // error was raised; 2 on wrong results. Every line a test looks for starts with "rank r:".
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/shm.hpp>
 #include <chorus/transport/tcp.hpp>
 
 #include <chrono>
@@ -49,7 +51,8 @@ int env_rank() {
     return r ? std::atoi(r) : 0;
 }
 
-int report(chorus::tcp_transport const& tp, oracle::failures const& f, long checks, char const* what) {
+template <class Tp>
+int report(Tp const& tp, oracle::failures const& f, long checks, char const* what) {
     if (f.count() != 0) {
         std::fprintf(stderr, "rank %d: %zu of %ld %s checks wrong:\n%s", tp.rank(), f.count(), checks, what, f.report().c_str());
         return 2;
@@ -59,7 +62,8 @@ int report(chorus::tcp_transport const& tp, oracle::failures const& f, long chec
 }
 
 // Random sizes from a seed every rank shares; results against closed forms.
-int stress(chorus::tcp_transport& tp, unsigned seed, int iterations) {
+template <class Tp>
+int stress(Tp& tp, unsigned seed, int iterations) {
     oracle::failures f;
     std::mt19937 gen(seed);
     rank_t const p = tp.size(), me = tp.rank();
@@ -95,7 +99,8 @@ int stress(chorus::tcp_transport& tp, unsigned seed, int iterations) {
 
 // The victim raises `sig` against itself `ms` after its first allreduce: SIGKILL (a crash) or
 // SIGSTOP (a stopped or hung process, which never exits by itself).
-int signal_mid(chorus::tcp_transport& tp, rank_t victim, int ms, int sig) {
+template <class Tp>
+int signal_mid(Tp& tp, rank_t victim, int ms, int sig) {
     std::printf("rank %d: in the allreduce loop\n", tp.rank());
     std::fflush(stdout);
     std::vector<float> v(1u << 20, 1.0f);  // 4 MiB: each allreduce takes a while
@@ -119,9 +124,10 @@ int signal_mid(chorus::tcp_transport& tp, rank_t victim, int ms, int sig) {
 // Rank 1 announces an 8 GiB message to rank 0 that no receive takes (its pages are the zero
 // page: no memory), then every rank reports to rank 0, rank 1 first. Rank 0 must not allocate
 // it, and its wait for rank 1's report, held behind it, must name rank 1.
-int insider(chorus::tcp_transport& tp) {
+template <class Tp>
+int insider(Tp& tp) {
     std::vector<int> v{tp.rank()};
-    std::optional<chorus::tcp_transport::request> huge;
+    std::optional<typename Tp::request> huge;
     if (tp.rank() == 1) {
         std::size_t const bytes = std::size_t{8} << 30;
         void* zeros = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -146,9 +152,53 @@ long peak_rss_mib() {
     return u.ru_maxrss / 1024;
 }
 
+// What a rank does in `mode`, over any transport.
+template <class Tp, class Arg>
+int run(Tp& tp, std::string const& mode, Arg const& arg) {
+    if (mode == "matrix") {
+        oracle::failures f;
+        checks::all(tp, f);
+        chorus::barrier(tp);
+        return report(tp, f, 0, "matrix");
+    }
+    if (mode == "stress") return stress(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 50));
+    if (mode == "late") return stress(tp, 7, 10);
+    if (mode == "kill") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGKILL);
+    if (mode == "stop") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGSTOP);
+    if (mode == "insider") return insider(tp);
+    if (mode == "loop") return signal_mid(tp, -1, 0, 0);  // until the group fails
+    if (mode == "early") {  // the victim returns after the first allreduce; the others do another
+        std::vector<double> v(1000, 1.0);
+        chorus::allreduce(tp, v, chorus::sum{});
+        if (tp.rank() == arg(2, 1)) {
+            std::printf("rank %d: leaving early at %lld ms\n", tp.rank(), epoch_ms());
+            return 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(arg(3, 300)));
+        chorus::allreduce(tp, v, chorus::sum{});
+        std::printf("rank %d: the second allreduce returned\n", tp.rank());
+        return 2;
+    }
+    if (mode == "mismatch") {
+        std::vector<double> v(tp.rank() == 1 ? 1001 : 1000, 1.0);
+        chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
+        std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
+        return 2;
+    }
+    std::fprintf(stderr, "process_check: unknown mode '%s'\n", mode.c_str());
+    return 64;
+}
+
 int main(int argc, char** argv) {
-    std::string const mode = argc > 1 ? argv[1] : "matrix";
+    // process_check [--transport tcp|shm] MODE ARGS...
+    std::string transport = "tcp";
+    if (argc > 2 && std::string(argv[1]) == "--transport") {
+        transport = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
     auto arg = [&](int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; };
+    std::string const mode = argc > 1 ? argv[1] : "matrix";
     try {
         if (mode == "absent" && env_rank() == arg(2, 1)) {
             std::this_thread::sleep_for(std::chrono::minutes(10));  // chorusrun stops us
@@ -156,39 +206,12 @@ int main(int argc, char** argv) {
         }
         if (mode == "late" && env_rank() == arg(2, 1)) std::this_thread::sleep_for(std::chrono::milliseconds(arg(3, 1000)));
 
+        if (transport == "shm") {
+            auto tp = chorus::shm_transport::from_env();
+            return run(tp, mode, arg);
+        }
         auto tp = chorus::tcp_transport::from_env();
-        if (mode == "matrix") {
-            oracle::failures f;
-            checks::all(tp, f);
-            chorus::barrier(tp);
-            return report(tp, f, 0, "matrix");
-        }
-        if (mode == "stress") return stress(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 50));
-        if (mode == "late") return stress(tp, 7, 10);
-        if (mode == "kill") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGKILL);
-        if (mode == "stop") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGSTOP);
-        if (mode == "insider") return insider(tp);
-        if (mode == "loop") return signal_mid(tp, -1, 0, 0);  // until the group fails
-        if (mode == "early") {  // the victim returns after the first allreduce; the others do another
-            std::vector<double> v(1000, 1.0);
-            chorus::allreduce(tp, v, chorus::sum{});
-            if (tp.rank() == arg(2, 1)) {
-                std::printf("rank %d: leaving early at %lld ms\n", tp.rank(), epoch_ms());
-                return 0;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(arg(3, 300)));
-            chorus::allreduce(tp, v, chorus::sum{});
-            std::printf("rank %d: the second allreduce returned\n", tp.rank());
-            return 2;
-        }
-        if (mode == "mismatch") {
-            std::vector<double> v(tp.rank() == 1 ? 1001 : 1000, 1.0);
-            chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
-            std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
-            return 2;
-        }
-        std::fprintf(stderr, "process_check: unknown mode '%s'\n", mode.c_str());
-        return 64;
+        return run(tp, mode, arg);
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "rank %d: error at %lld ms: %s\n", env_rank(), epoch_ms(), e.what());
         std::fprintf(stderr, "rank %d: peak RSS %ld MiB\n", env_rank(), peak_rss_mib());

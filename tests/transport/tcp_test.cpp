@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/shm.hpp>
 #include <chorus/transport/staged.hpp>
 #include <chorus/transport/tcp.hpp>
 
@@ -121,6 +122,26 @@ struct staged_factory {
     }
 };
 using staged_runner = threaded_runner<staged_factory>;
+
+/// Shared memory, joined over a TCP bootstrap: default rings (remote reads from 32 KiB), and
+/// rings of one page with no remote reads (every message of more than 984 bytes in parts, the
+/// ring wrapping all the time).
+template <std::size_t RingBytes, std::size_t RemoteBytes>
+struct shm_factory {
+    using transport = chorus::shm_transport;
+    static void make(std::optional<transport>& tp, chorus::tcp_config c) {
+        chorus::shm_config s;
+        s.timeout = c.timeout;
+        s.ring_bytes = RingBytes;
+        s.remote_bytes = RemoteBytes;
+        chorus::tcp_transport bootstrap(std::move(c));
+        tp.emplace(bootstrap, s);
+    }
+};
+using shm_runner = threaded_runner<shm_factory<256 * 1024, 32 * 1024>>;
+using shm_ring_runner = threaded_runner<shm_factory<4096, 0>>;
+static_assert(chorus::transport<chorus::shm_transport>);
+static_assert(chorus::host_transport<chorus::shm_transport>);
 static_assert(chorus::transport<staged_model>);
 static_assert(chorus::host_transport<staged_model>);
 
@@ -160,7 +181,7 @@ bool ipv6_loopback_available() {
 
 } // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(transport_conformance, tcp_runner, staged_runner);
+TEST_CASE_TEMPLATE_INVOKE(transport_conformance, tcp_runner, staged_runner, shm_runner, shm_ring_runner);
 
 TEST_CASE("tcp: every collective front door at 2, 3 and 4 ranks") {
     for (rank_t p : {2, 3, 4}) {

@@ -24,11 +24,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstddef>
 #include <deque>
 #include <memory>
 #include <string>
 #include <utility>
+
+#include <unistd.h>  // write: report_blame
 
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -201,6 +204,15 @@ private:
     rank_t rank_ = -1;
     std::string reason_;
 };
+
+/// Tells the launcher (CHORUS_BLAME_FD, a pipe chorusrun reads; see tcp_config::blame_fd) whom rank `me` blames for
+/// its group's failure. One write of a short line: lines of different ranks do not mix.
+inline void report_blame(int fd, rank_t me, rank_t blame) noexcept {
+    if (fd < 0 || blame < 0) return;
+    char line[64];
+    int const n = std::snprintf(line, sizeof line, "chorus-blame %d %d\n", me, blame);
+    [[maybe_unused]] ssize_t const written = ::write(fd, line, static_cast<std::size_t>(n));
+}
 
 /// When a wait of `timeout` that starts now ends; a timeout of 0 means none (ten years).
 inline std::chrono::steady_clock::time_point deadline_after(std::chrono::milliseconds timeout) noexcept {

@@ -139,6 +139,13 @@ inline std::string wait_timeout_message(rank_t me, long long timeout_ms, rank_t 
            std::to_string(peer) + " (" + (is_send ? "send of " : "receive of ") + describe_tag(tag) + ")";
 }
 
+/// "rank 2 left the group" (its transport was destroyed, or its connection closed after its
+/// goodbye) while rank `me` `still` (what it still expected of it).
+inline std::string left_message(rank_t me, rank_t peer, std::string const& still) {
+    std::string const rank = "rank " + std::to_string(me);
+    return rank + ": rank " + std::to_string(peer) + " left the group (its transport was destroyed) while " + rank + " " + still;
+}
+
 /// The reason a group fails when a request is destroyed before its operation completed.
 inline std::string abandoned_message(rank_t me, bool is_send, tag_t tag, rank_t peer) {
     return "rank " + std::to_string(me) + " abandoned a pending " + (is_send ? "send of " : "receive of ") +

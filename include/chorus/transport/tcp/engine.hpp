@@ -116,22 +116,6 @@ inline void set_keepalive(int fd, std::chrono::milliseconds heartbeat, std::chro
     ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 }
 
-/// Tells the launcher (CHORUS_BLAME_FD, see tcp_config::blame_fd) whom rank `me` blames for
-/// its group's failure. One write of a short line: lines of different ranks do not mix.
-inline void report_blame(int fd, rank_t me, rank_t blame) noexcept {
-    if (fd < 0 || blame < 0) return;
-    char line[64];
-    int const n = std::snprintf(line, sizeof line, "chorus-blame %d %d\n", me, blame);
-    [[maybe_unused]] ssize_t const written = ::write(fd, line, static_cast<std::size_t>(n));
-}
-
-/// "rank 2 left the group" (its transport was destroyed, or its connection closed after its
-/// goodbye) while rank `me` `still` (what it still expected of it).
-inline std::string left_message(rank_t me, rank_t peer, std::string const& still) {
-    std::string const rank = "rank " + std::to_string(me);
-    return rank + ": rank " + std::to_string(peer) + " left the group (its transport was destroyed) while " + rank + " " + still;
-}
-
 class tcp_socket_engine final : public tcp_engine {
     friend struct tcp_peer;  // calls begin_frame, end_frame and connection_error
 

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// shm_transport: the ranks of one host, one process each, exchanging messages through shared
+// memory (Linux). Small messages go through a lock-free ring per pair of ranks; large ones are
+// copied once, by the kernel, straight from the sender's buffer into the receiver's
+// (process_vm_readv). The engine and its protocol: shm/engine.hpp; the memory: shm/segment.hpp.
+//
+// Joining: the ranks find each other over another transport (the bootstrap) that carries two
+// small exchanges; from_env() uses tcp_transport over the launcher's variables (chorusrun,
+// torchrun, srun, mpirun: the same as tcp_transport::from_env), so the same job starts over
+// either transport. Every rank must be on one host; otherwise every rank throws
+// invalid_argument, naming two ranks that are not.
+//
+// Failure: as for every transport (docs/concepts.md#transport) — a rank whose process dies is
+// named by every rank within 10 ms of their next wait; an abort reaches every rank at once; a
+// rank that leaves fails what the others still wait for from it. Nothing is left behind in
+// /dev/shm, whatever happens: the segments never have a name.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <chorus/collectives.hpp>
+#include <chorus/detail/env.hpp>
+#include <chorus/detail/request_handle.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/memory.hpp>
+#include <chorus/transport/concepts.hpp>
+#include <chorus/transport/shm/engine.hpp>
+#include <chorus/transport/tcp.hpp>
+
+namespace chorus {
+
+/// The CHORUS_* settings of a shared-memory group (shm_config's fields name them).
+inline shm_config shm_config_from_env(char const* caller = "shm_transport::config_from_env") {
+    detail::env_reader const env(caller);
+    shm_config c;
+    c.timeout = std::chrono::milliseconds(env.number_at_least("CHORUS_TIMEOUT_MS", 0, c.timeout.count()));
+    c.spin = std::chrono::microseconds(env.number_at_least("CHORUS_SPIN_US", 0, c.spin.count()));
+    c.ring_bytes = static_cast<std::size_t>(
+        env.number_at_least("CHORUS_SHM_RING_BYTES", 4096, static_cast<long long>(c.ring_bytes)));
+    if (c.ring_bytes % 4096 != 0) env.fail("CHORUS_SHM_RING_BYTES must be a multiple of 4096: " + std::to_string(c.ring_bytes));
+    c.stopped_limit = std::chrono::milliseconds(5 * env.number_at_least("CHORUS_HEARTBEAT_MS", 0, c.stopped_limit.count() / 5));
+    if (std::string fd = env.get({"CHORUS_BLAME_FD"}); !fd.empty()) c.blame_fd = static_cast<int>(env.number(fd, "CHORUS_BLAME_FD"));
+    c.remote_bytes = static_cast<std::size_t>(
+        env.number_at_least("CHORUS_SHM_REMOTE_BYTES", 0, static_cast<long long>(c.remote_bytes)));
+    return c;
+}
+
+/// One rank of a shared-memory group. Move-only; one thread drives it (as with any transport).
+class shm_transport {
+public:
+    using memory_space = host_memory;
+    using request = detail::request_handle<detail::shm_engine, detail::shm_op>;
+
+    /// Joins the ranks of `bootstrap` (every rank calls this, as a collective of bootstrap,
+    /// which is not used afterwards and may be destroyed). Blocks until every rank mapped
+    /// every segment.
+    template <host_transport Bootstrap>
+    explicit shm_transport(Bootstrap& bootstrap, shm_config config = {})
+        : local_rank_(local_rank_of(bootstrap)),
+          engine_(std::make_unique<detail::shm_engine>(bootstrap.rank(), bootstrap.size(), config,
+                                                       [&](std::span<std::byte const> mine) {
+                                                           std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(bootstrap.size()));
+                                                           chorus::allgather(bootstrap, mine, all);
+                                                           return all;
+                                                       })) {}
+
+    shm_transport(shm_transport&& other) noexcept = default;
+    shm_transport& operator=(shm_transport&& other) noexcept {
+        if (this != &other) {
+            leave();
+            local_rank_ = other.local_rank_;
+            sequence_ = other.sequence_;
+            engine_ = std::move(other.engine_);
+            unwinding_ = std::uncaught_exceptions();
+        }
+        return *this;
+    }
+
+    /// Leaves the group (peers' waits for this rank fail naming it); destroyed by an exception
+    /// unwinding the stack, it aborts the group with that said, as tcp_transport does.
+    ~shm_transport() { leave(); }
+
+    /// shm_config_from_env(): the CHORUS_* settings.
+    static shm_config config_from_env() { return shm_config_from_env(); }
+
+    /// Joins the job a launcher (chorusrun, torchrun, srun, mpirun) started on this host: the
+    /// ranks meet over tcp_transport::from_env()'s variables, then talk through memory.
+    static shm_transport from_env() {
+        shm_config const config = shm_config_from_env("shm_transport::from_env");
+        tcp_config tcp = tcp_config_from_env("shm_transport::from_env");
+        tcp_transport bootstrap(std::move(tcp));
+        return shm_transport(bootstrap, config);
+    }
+
+    rank_t rank() const noexcept { return engine_->rank(); }
+    rank_t size() const noexcept { return engine_->size(); }
+    rank_t local_rank() const noexcept { return local_rank_; }
+    std::chrono::milliseconds timeout() const noexcept { return engine_->timeout(); }
+
+    request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
+        return {engine_.get(), engine_->isend(peer, tag, bytes)};
+    }
+    request irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
+        return {engine_.get(), engine_->irecv(peer, tag, bytes)};
+    }
+    std::uint64_t next_sequence() noexcept { return sequence_++; }
+    void abort(char const* reason) noexcept {
+        try {
+            if (engine_) engine_->abort(rank(), reason ? reason : "aborted");
+        } catch (...) {  // the reason's copy failed to allocate
+        }
+    }
+
+private:
+    template <class Bootstrap>
+    static rank_t local_rank_of(Bootstrap const& b) noexcept {
+        if constexpr (requires { b.local_rank(); }) return b.local_rank();
+        else return b.rank();
+    }
+
+    void leave() noexcept {
+        if (engine_ && std::uncaught_exceptions() > unwinding_) {
+            try {
+                engine_->abort(engine_->rank(), "rank " + std::to_string(engine_->rank()) +
+                                                    " left the group by an exception (its transport was destroyed while it unwound the stack)");
+            } catch (...) {
+            }
+        }
+        engine_.reset();
+    }
+
+    rank_t local_rank_ = 0;
+    std::uint64_t sequence_ = 0;
+    std::unique_ptr<detail::shm_engine> engine_;
+    int unwinding_ = std::uncaught_exceptions();
+};
+
+} // namespace chorus

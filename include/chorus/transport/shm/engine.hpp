@@ -1,0 +1,733 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// shm_transport's engine: messages between the processes of one host through shared memory
+// (segment.hpp), matched by the core every transport shares (detail/matching.hpp).
+//
+// Paths. A message below shm_config::remote_bytes is copied into the receiver's ring from this
+// sender (a single-producer single-consumer ring, lock-free: the sender moves head, the
+// receiver tail) in parts of at most a quarter of the ring, and copied out by the receiver:
+// two copies, pipelined. One of at least remote_bytes is announced by a `remote` record
+// carrying its address, and the receiver copies it straight from the sender's memory into its
+// own buffer with process_vm_readv (cross-memory attach: one copy, made by the kernel); its
+// `ack` record completes the send. Pairs where that read is refused (a container's seccomp
+// filter, a hardened ptrace policy; probed at set-up) use the ring for everything.
+//
+// Progress, in the caller's thread, as for TCP: isend writes what fits at once; every wait()
+// and test() drains every ring into posted receives (or the unexpected queue) and pushes every
+// queued send, so the progress rule holds whatever order the ranks post in.
+//
+// Waiting. A waiter polls for shm_config::spin (pause, then sched_yield so that a rank of an
+// oversubscribed host that has work gets the core), then sleeps on its doorbell, a futex in its
+// header: a writer that sees the `sleeping` flag bumps the doorbell and wakes it. Spinning
+// first because a futex wake-up on an idle core costs tens of microseconds, a hundred times a
+// small message's trip through a ring.
+//
+// Failure. The group's failure is written into every rank's header (the first writer wins
+// there) and wakes every rank: an abort reaches the others in the time of a cache miss. A
+// sleeping waiter checks every slice (10 ms) whether a peer's process exited (pidfd) without
+// leaving — it is then blamed by the whole group — and whether the peer its request waits for
+// left the group (its header's `left`, set by its transport's destructor). Every wait is
+// bounded by shm_config::timeout.
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <sched.h>
+
+#include <chorus/detail/matching.hpp>
+#include <chorus/detail/tags.hpp>
+#include <chorus/error.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/transport/shm/segment.hpp>
+
+namespace chorus {
+
+/// What a shared-memory group needs beyond its ranks (shm_transport::config_from_env reads
+/// the CHORUS_* variables named here).
+struct shm_config {
+    /// Bounds every wait of a send or receive (CHORUS_TIMEOUT_MS); 0: unbounded.
+    std::chrono::milliseconds timeout{30000};
+    /// Bytes of each ring, one per sender in every receiver's segment (CHORUS_SHM_RING_BYTES;
+    /// a multiple of 4096, at least 4096): a segment holds size() rings.
+    std::size_t ring_bytes = 256 * 1024;
+    /// Messages of at least this many bytes are read from the sender's memory in one copy
+    /// (CHORUS_SHM_REMOTE_BYTES); 0: never, every message goes through the rings.
+    std::size_t remote_bytes = 32 * 1024;
+    /// How long a wait polls before it sleeps (CHORUS_SPIN_US).
+    std::chrono::microseconds spin{50};
+    /// A peer whose process stays stopped (SIGSTOP, a debugger) this long while this rank waits
+    /// is blamed by the group (five times CHORUS_HEARTBEAT_MS, TCP's limit of silence); 0: never.
+    std::chrono::milliseconds stopped_limit{5000};
+    /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD; see
+    /// tcp_config::blame_fd). -1: nowhere.
+    int blame_fd = -1;
+};
+
+namespace detail::shm {
+
+struct shm_op : message_op {
+    std::byte const* out = nullptr;
+    std::byte* in = nullptr;
+    std::size_t offset = 0;  // send: payload bytes written; receive: bytes arrived
+    std::uint64_t id = 0;    // a remote send's number (its ack names it)
+    bool started = false;    // a send whose first record is written
+};
+
+/// A message that arrived before its receive: its bytes (as far as they came), or where to
+/// read it from.
+struct shm_unexpected {
+    tag_t tag = 0;
+    std::size_t size = 0;
+    std::vector<std::byte> bytes;
+    std::size_t filled = 0;
+    bool remote = false;
+    std::uint64_t addr = 0, id = 0;
+    bool complete() const noexcept { return remote || filled == size; }
+};
+
+class shm_engine {
+public:
+    using op_ptr = std::shared_ptr<shm_op>;
+
+    /// Collective over the ranks: `allgather(bytes)` returns every rank's `bytes` (same size on
+    /// every rank), by rank, over some other transport (the bootstrap).
+    template <class Allgather>
+    shm_engine(rank_t me, rank_t size, shm_config const& config, Allgather&& allgather)
+        : me_(me), timeout_(config.timeout), spin_(config.spin), layout_{config.ring_bytes, static_cast<std::size_t>(size)},
+          remote_bytes_(config.remote_bytes), part_bytes_(config.ring_bytes / 4), stopped_limit_(config.stopped_limit),
+          blame_fd_(config.blame_fd), peers_(static_cast<std::size_t>(size)) {
+        if (config.ring_bytes < 4096 || config.ring_bytes % 4096 != 0)
+            throw invalid_argument("shm_transport: ring_bytes must be a positive multiple of 4096, got " +
+                                   std::to_string(config.ring_bytes));
+        set_up(std::forward<Allgather>(allgather));
+    }
+
+    shm_engine(shm_engine const&) = delete;
+    shm_engine& operator=(shm_engine const&) = delete;
+
+    /// Leaves the group: peers waiting for this rank fail naming it. The segments stay mapped
+    /// by whoever still uses them.
+    ~shm_engine() {
+        if (own_ == nullptr) return;
+        own_->left.store(1, std::memory_order_release);
+        for (auto& q : peers_)
+            if (q.header) ring_doorbell(*q.header, /*always=*/true);
+    }
+
+    rank_t rank() const noexcept { return me_; }
+    rank_t size() const noexcept { return static_cast<rank_t>(peers_.size()); }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+    /// Whether messages to `peer` of remote_bytes and more are read from this rank's memory.
+    bool reads_remote(rank_t peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].remote_ok; }
+
+    op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
+        check_peer(me_, peer, size());
+        throw_if_failed();
+        peer_state& s = peer_of(peer);
+        // The common small message: written whole at once, nothing to wait for, no allocation.
+        std::size_t written = 0;
+        bool started = false;
+        if (s.sends.empty() && s.acks.empty() && !goes_remote(s, bytes.size())) {
+            started = write_part(s, tag, bytes.size(), bytes.data(), bytes.size(), record_kind::message, written);
+            if (started && written == bytes.size()) return nullptr;
+        }
+        auto op = make_op<shm_op>(true, peer, tag, bytes.size());
+        op->out = bytes.data();
+        op->started = started;
+        op->offset = written;
+        s.sends.push_back(op);
+        push_sends(s);
+        return op->done ? nullptr : op;
+    }
+
+    op_ptr irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
+        check_peer(me_, peer, size());
+        throw_if_failed();
+        auto op = make_op<shm_op>(false, peer, tag, bytes.size());
+        op->in = bytes.data();
+        peer_state& s = peer_of(peer);
+        drain(s);  // messages already in the ring are older than any still to come
+        auto& queue = s.queue;
+        auto const it = queue.find_message(*op, me_);
+        if (op->done) return op;  // a message of another collective failed it
+        if (it == queue.messages().end()) {
+            queue.post(op);
+            return op;
+        }
+        take_unexpected(s, op, **it);
+        queue.messages().erase(it);
+        push_sends(s);  // the ack of a remote read
+        return op;
+    }
+
+    void wait(op_ptr const& op) {
+        if (!op->done) {
+            auto const deadline = deadline_after(timeout_);
+            idle_state idle{std::chrono::steady_clock::now()};
+            while (!op->done) {
+                progress();
+                if (op->done) break;
+                check_failed(*op);
+                if (!pause(*op, idle, deadline)) break;
+            }
+        }
+        if (!op->done) unpost(*op);
+        conclude_wait(*op, me_, timeout_, [&](std::string const& what) { abort(me_, what); });
+    }
+
+    bool test(op_ptr const& op) {
+        if (!op->done) {
+            progress();
+            if (!op->done) {
+                check_failed(*op);
+                auto const now = std::chrono::steady_clock::now();
+                if (now - last_check_ < std::chrono::milliseconds(10)) return false;
+                last_check_ = now;
+                check_peers(*op);
+                if (!op->done) return false;
+            }
+        }
+        wait(op);  // done: returns or throws the recorded error
+        return true;
+    }
+
+    /// A request destroyed before it completed: its buffer is not touched afterwards, and the
+    /// group fails (the peer's matching message would be lost).
+    void cancel(op_ptr const& op) noexcept {
+        if (op->done) return;
+        peer_state& s = peer_of(op->peer);
+        if (op->is_send) {
+            std::erase(s.sends, op);
+            std::erase(s.awaiting, op);
+        } else {
+            unpost(*op);
+            if (s.into == op) {
+                s.discard = op->size - op->offset;
+                s.into.reset();
+            }
+        }
+        op->fail(errc::aborted, "cancelled");
+        abort(me_, abandoned_message(me_, op->is_send, op->tag, op->peer));
+    }
+
+    /// Fails the group on behalf of `blamed`, on every rank; the first reason each rank's
+    /// header receives is kept.
+    void abort(rank_t blamed, std::string const& reason) noexcept {
+        if (failure_.set(blamed, reason)) report_blame(blame_fd_, me_, blamed);
+        for (auto& q : peers_) {
+            if (!q.header) continue;
+            std::int32_t expected = -1;
+            if (q.header->failed_by.compare_exchange_strong(expected, blamed)) {
+                std::size_t const n = std::min(reason.size(), reason_bytes - 1);
+                std::memcpy(q.header->reason, reason.data(), n);
+                q.header->reason[n] = '\0';
+                q.header->reason_ready.store(1, std::memory_order_release);
+            }
+            ring_doorbell(*q.header, /*always=*/true);
+        }
+        for (auto& q : peers_) q.queue.drop_receives();
+    }
+
+private:
+    struct peer_state {
+        mapping map;                  // the peer's segment (empty for this rank: own_map_)
+        rank_header* header = nullptr;
+        ring_header* out = nullptr;   // this rank's ring in the peer's segment
+        std::byte* out_data = nullptr;
+        ring_header* in = nullptr;    // the peer's ring in this rank's segment
+        std::byte* in_data = nullptr;
+        std::uint64_t out_head = 0, out_tail = 0, in_tail = 0;  // local copies
+        std::deque<op_ptr> sends;     // waiting to be written, in order
+        std::vector<op_ptr> awaiting; // remote sends waiting for their ack
+        std::deque<std::uint64_t> acks;
+        match_queue<shm_op, std::unique_ptr<shm_unexpected>> queue;
+        op_ptr into;                            // the receive the message in parts goes to
+        shm_unexpected* into_unexpected = nullptr;  // ... or the unexpected message
+        std::size_t discard = 0;                // ... or bytes to skip (a failed receive's)
+        long pid = 0;
+        unique_fd pidfd;
+        std::chrono::steady_clock::time_point stopped_since{};  // when it was first seen stopped
+        bool remote_ok = false;  // the peer can read this rank's memory
+        bool exited = false;
+    };
+
+    struct idle_state {
+        std::chrono::steady_clock::time_point since;
+        std::chrono::steady_clock::time_point last_check{};
+        unsigned polls = 0;
+    };
+
+    struct hello {
+        std::int64_t pid;
+        std::int32_t fd;
+        std::uint32_t pad;
+        std::uint64_t ring_bytes;
+        std::uint64_t probe;
+        char host[112];
+    };
+    static constexpr std::uint64_t probe_value = 0x63686f7275732121;  // "chorus!!"
+    static constexpr std::size_t verdict_text = 256;
+
+    peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
+    std::size_t ring_bytes() const noexcept { return layout_.ring_bytes; }
+    bool goes_remote(peer_state const& s, std::size_t n) const noexcept {
+        return s.remote_ok && remote_bytes_ != 0 && n >= remote_bytes_;
+    }
+
+    // Set-up: segments made and mapped by every rank, remote reads probed, all agreed in two
+    // exchanges over the bootstrap; an error of any rank is thrown on every rank.
+    template <class Allgather>
+    void set_up(Allgather&& allgather) {
+        auto const p = peers_.size();
+        allow_remote_reads();
+        unique_fd fd = create_segment(layout_.total(), "chorus-shm-rank-" + std::to_string(me_));
+        own_map_ = mapping(fd.get(), layout_.total(), "this rank's segment");
+        std::byte* const base = own_map_.base();
+        own_ = new (base) rank_header;
+        for (std::size_t s = 0; s < p; ++s) new (layout_.ring(base, s)) ring_header;
+
+        hello mine{};
+        mine.pid = static_cast<std::int64_t>(::getpid());
+        mine.fd = fd.get();
+        mine.ring_bytes = layout_.ring_bytes;
+        mine.probe = reinterpret_cast<std::uintptr_t>(&probe_);
+        std::string const host = host_identity();
+        std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
+        std::vector<std::byte> const hellos = allgather(std::as_bytes(std::span(&mine, 1)));
+        auto const hello_of = [&](std::size_t r) {
+            hello h;
+            std::memcpy(&h, hellos.data() + r * sizeof(hello), sizeof h);
+            return h;
+        };
+        // Checked before any segment is opened: a pid on another host is some other process.
+        for (std::size_t r = 0; r < p; ++r) {
+            hello const h = hello_of(r);
+            if (std::strncmp(h.host, mine.host, sizeof mine.host) != 0)
+                throw invalid_argument("shm_transport: ranks " + std::to_string(me_) + " and " + std::to_string(r) +
+                                       " are not on one host (or not in one PID namespace); shared memory joins the "
+                                       "ranks of one host only: use tcp_transport");
+            if (h.ring_bytes != mine.ring_bytes)
+                throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has ring_bytes " +
+                                       std::to_string(h.ring_bytes) + ", rank " + std::to_string(me_) + " " +
+                                       std::to_string(mine.ring_bytes) + " (CHORUS_SHM_RING_BYTES must agree)");
+        }
+
+        std::vector<std::byte> verdict(verdict_text + p);  // an error text, then whom we can read
+        try {
+            for (std::size_t r = 0; r < p; ++r) connect_peer(static_cast<rank_t>(r), hello_of(r), verdict[verdict_text + r]);
+        } catch (std::exception const& e) {
+            std::string const what = e.what();
+            std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict_text - 1));
+        }
+        std::vector<std::byte> const verdicts = allgather(std::span<std::byte const>(verdict));
+        for (std::size_t r = 0; r < p; ++r) {
+            auto const* v = verdicts.data() + r * verdict.size();
+            if (v[0] != std::byte{0})
+                throw transport_error(errc::connection_failed, static_cast<rank_t>(r),
+                                      "shm_transport: rank " + std::to_string(r) + " could not join: " +
+                                          std::string(reinterpret_cast<char const*>(v), strnlen(reinterpret_cast<char const*>(v), verdict_text)));
+            peers_[r].remote_ok = v[verdict_text + static_cast<std::size_t>(me_)] != std::byte{0};
+        }
+        // fd closes here: every rank mapped the segment, no name is left anywhere.
+    }
+
+    void connect_peer(rank_t r, hello const& h, std::byte& can_read) {
+        peer_state& s = peer_of(r);
+        auto const u = static_cast<std::size_t>(r);
+        std::byte* base = own_map_.base();
+        if (r != me_) {
+            unique_fd fd(open_peer_segment(h.pid, h.fd));
+            if (fd.get() < 0) throw_system("opening rank " + std::to_string(r) + "'s segment (/proc/" + std::to_string(h.pid) + "/fd)");
+            s.map = mapping(fd.get(), layout_.total(), "rank " + std::to_string(r) + "'s segment");
+            base = s.map.base();
+            s.pidfd = unique_fd(open_pidfd(h.pid));
+        }
+        s.pid = h.pid;
+        s.header = layout_.header(base);
+        s.out = layout_.ring(base, static_cast<std::size_t>(me_));
+        s.out_data = layout_.data(base, static_cast<std::size_t>(me_));
+        s.in = layout_.ring(own_map_.base(), u);
+        s.in_data = layout_.data(own_map_.base(), u);
+        std::uint64_t seen = 0;
+        if (remote_bytes_ != 0 && read_remote(h.pid, &seen, h.probe, sizeof seen) == 0 && seen == probe_value)
+            can_read = std::byte{1};
+    }
+
+    // ---- writing records -------------------------------------------------------------------
+
+    // Room for one record of `payload` bytes (fewer when `split`, at least 0) at the head of
+    // s's ring, wrapping if needed; false when the ring is too full.
+    bool reserve(peer_state& s, std::size_t& payload, bool split) {
+        std::size_t const cap = ring_bytes();
+        for (;;) {
+            std::size_t const pos = static_cast<std::size_t>(s.out_head % cap);
+            std::size_t const contiguous = cap - pos;
+            std::size_t free = cap - static_cast<std::size_t>(s.out_head - s.out_tail);
+            if (free < record_bytes(payload)) {
+                s.out_tail = s.out->tail.load(std::memory_order_acquire);
+                free = cap - static_cast<std::size_t>(s.out_head - s.out_tail);
+            }
+            std::size_t const fit = std::min(contiguous, free);
+            if (record_bytes(payload) <= fit) return true;
+            if (split && fit >= line) {
+                payload = fit - record_header_bytes;
+                return true;
+            }
+            if (contiguous >= free || free < line) return false;
+            record_header const wrap{0, 0, 0, 0, record_kind::wrap, 0};
+            std::memcpy(s.out_data + pos, &wrap, sizeof wrap);
+            s.out_head += contiguous;
+        }
+    }
+
+    void publish(peer_state& s) noexcept {
+        s.out->head.store(s.out_head, std::memory_order_release);
+        ring_doorbell(*s.header);
+    }
+
+    bool write_record(peer_state& s, record_header const& h, std::byte const* payload) {
+        std::size_t n = h.bytes;
+        if (!reserve(s, n, false)) return false;
+        std::byte* at = s.out_data + s.out_head % ring_bytes();
+        std::memcpy(at, &h, sizeof h);
+        if (n != 0 && payload) std::memcpy(at + record_header_bytes, payload, n);
+        s.out_head += record_bytes(n);
+        publish(s);
+        return true;
+    }
+
+    // Writes a record of up to `want` bytes of a message's payload (its first part when kind
+    // is `message`); false when the ring has no room. `written`: the payload bytes it took.
+    bool write_part(peer_state& s, tag_t tag, std::size_t size, std::byte const* payload, std::size_t want,
+                    record_kind kind, std::size_t& written) {
+        std::size_t n = std::min(want, part_bytes_);
+        if (!reserve(s, n, true)) return false;
+        record_header const h{tag, size, 0, 0, kind, static_cast<std::uint32_t>(n)};
+        std::byte* at = s.out_data + s.out_head % ring_bytes();
+        std::memcpy(at, &h, sizeof h);
+        if (n != 0) std::memcpy(at + record_header_bytes, payload, n);
+        s.out_head += record_bytes(n);
+        publish(s);
+        written = n;
+        return true;
+    }
+
+    // Writes what fits of s's queued acks and sends, in order.
+    void push_sends(peer_state& s) {
+        while (!s.acks.empty()) {
+            if (!write_record(s, {0, 0, 0, s.acks.front(), record_kind::ack, 0}, nullptr)) return;
+            s.acks.pop_front();
+        }
+        while (!s.sends.empty()) {
+            shm_op& op = *s.sends.front();
+            if (goes_remote(s, op.size)) {
+                op.id = ++last_id_;
+                if (!write_record(s, {op.tag, op.size, reinterpret_cast<std::uintptr_t>(op.out), op.id, record_kind::remote, 0}, nullptr))
+                    return;
+                s.awaiting.push_back(std::move(s.sends.front()));
+                s.sends.pop_front();
+                continue;
+            }
+            while (!op.started || op.offset != op.size) {
+                std::size_t written = 0;
+                if (!write_part(s, op.tag, op.size, op.out + op.offset, op.size - op.offset,
+                                op.started ? record_kind::more : record_kind::message, written))
+                    return;
+                op.started = true;
+                op.offset += written;
+            }
+            op.done = true;
+            s.sends.pop_front();
+        }
+    }
+
+    // ---- reading records -------------------------------------------------------------------
+
+    void progress() {
+        for (auto& s : peers_) {
+            drain(s);
+            if (!s.sends.empty() || !s.acks.empty()) push_sends(s);
+        }
+    }
+
+    // Handles every record the peer published in its ring to this rank.
+    void drain(peer_state& s) {
+        std::uint64_t const head = s.in->head.load(std::memory_order_acquire);
+        if (head == s.in_tail) return;
+        std::size_t const cap = ring_bytes();
+        while (s.in_tail != head) {
+            std::size_t const pos = static_cast<std::size_t>(s.in_tail % cap);
+            std::byte const* at = s.in_data + pos;
+            record_header h;
+            std::memcpy(&h, at, sizeof h);
+            std::byte const* payload = at + record_header_bytes;
+            std::size_t length = record_bytes(h.bytes);
+            switch (h.kind) {
+            case record_kind::wrap: length = cap - pos; break;
+            case record_kind::message: on_message(s, h, payload); break;
+            case record_kind::more: on_more(s, h.bytes, payload); break;
+            case record_kind::remote: on_remote(s, h); break;
+            case record_kind::ack: on_ack(s, h.id); break;
+            default:
+                abort(me_, "rank " + std::to_string(me_) + ": the shared-memory ring from rank " +
+                               std::to_string(&s - peers_.data()) + " is corrupt (a record of kind " +
+                               std::to_string(static_cast<unsigned>(h.kind)) + ")");
+                throw_if_failed();
+            }
+            s.in_tail += length;
+            s.in->tail.store(s.in_tail, std::memory_order_release);
+        }
+        ring_doorbell(*s.header);  // its sender may wait for room
+    }
+
+    rank_t sender_of(peer_state const& s) const noexcept { return static_cast<rank_t>(&s - peers_.data()); }
+
+    void on_message(peer_state& s, record_header const& h, std::byte const* payload) {
+        rank_t const from = sender_of(s);
+        if (op_ptr op = s.queue.take_receive(me_, from, h.tag)) {
+            if (!check_size(*op, me_, h.size)) {
+                s.discard = h.size - h.bytes;
+                return;
+            }
+            if (h.bytes != 0) std::memcpy(op->in, payload, h.bytes);
+            op->offset = h.bytes;
+            if (op->offset == op->size) op->done = true;
+            else s.into = std::move(op);
+            return;
+        }
+        auto u = std::make_unique<shm_unexpected>();
+        u->tag = h.tag;
+        u->size = h.size;
+        u->bytes.resize(h.size);
+        if (h.bytes != 0) std::memcpy(u->bytes.data(), payload, h.bytes);
+        u->filled = h.bytes;
+        if (!u->complete()) s.into_unexpected = u.get();
+        s.queue.messages().push_back(std::move(u));
+    }
+
+    void on_more(peer_state& s, std::size_t n, std::byte const* payload) {
+        if (s.discard != 0) {
+            s.discard -= std::min(n, s.discard);
+        } else if (s.into) {
+            std::memcpy(s.into->in + s.into->offset, payload, n);
+            s.into->offset += n;
+            if (s.into->offset == s.into->size) {
+                s.into->done = true;
+                s.into.reset();
+            }
+        } else if (s.into_unexpected) {
+            shm_unexpected& u = *s.into_unexpected;
+            std::memcpy(u.bytes.data() + u.filled, payload, n);
+            u.filled += n;
+            if (u.complete()) s.into_unexpected = nullptr;
+        }
+    }
+
+    void on_remote(peer_state& s, record_header const& h) {
+        rank_t const from = sender_of(s);
+        if (op_ptr op = s.queue.take_receive(me_, from, h.tag)) {
+            if (check_size(*op, me_, h.size)) read_from(s, *op, h.addr);
+            s.acks.push_back(h.id);
+            return;
+        }
+        auto u = std::make_unique<shm_unexpected>();
+        u->tag = h.tag;
+        u->size = h.size;
+        u->remote = true;
+        u->addr = h.addr;
+        u->id = h.id;
+        s.queue.messages().push_back(std::move(u));
+    }
+
+    void on_ack(peer_state& s, std::uint64_t id) {
+        auto const it = std::ranges::find_if(s.awaiting, [&](op_ptr const& op) { return op->id == id; });
+        if (it == s.awaiting.end()) return;  // a send that was cancelled
+        (*it)->done = true;
+        s.awaiting.erase(it);
+    }
+
+    void read_from(peer_state& s, shm_op& op, std::uint64_t addr) {
+        if (int const e = read_remote(s.pid, op.in, addr, op.size); e != 0) {
+            // The sender is to blame: it exited (ESRCH), or its buffer is gone (EFAULT).
+            std::string const what = "rank " + std::to_string(me_) + ": reading " + std::to_string(op.size) +
+                                     " bytes from rank " + std::to_string(op.peer) + "'s memory (" + describe_tag(op.tag) +
+                                     ") failed: " + std::system_category().message(e) +
+                                     (e == ESRCH ? " (its process exited)" : "");
+            abort(op.peer, what);
+            op.fail(errc::peer_failed, what);
+            return;
+        }
+        op.done = true;
+    }
+
+    // A receive meets the unexpected message `u` (which the caller then erases).
+    void take_unexpected(peer_state& s, op_ptr const& receive, shm_unexpected& u) {
+        shm_op& op = *receive;
+        if (u.remote) {
+            if (check_size(op, me_, u.size)) read_from(s, op, u.addr);
+            s.acks.push_back(u.id);
+            return;
+        }
+        bool const arriving = s.into_unexpected == &u;
+        if (arriving) s.into_unexpected = nullptr;
+        if (!check_size(op, me_, u.size)) {
+            if (arriving) s.discard = u.size - u.filled;
+            return;
+        }
+        if (u.filled != 0) std::memcpy(op.in, u.bytes.data(), u.filled);
+        op.offset = u.filled;
+        if (u.complete()) op.done = true;
+        else s.into = receive;  // the rest goes straight to its buffer
+    }
+
+    // ---- waiting -----------------------------------------------------------------------------
+
+    void unpost(shm_op& op) noexcept {
+        if (!op.is_send) peer_of(op.peer).queue.unpost(op);
+    }
+
+    void throw_if_failed() {
+        if (!failure_.failed() && own_->failed_by.load(std::memory_order_acquire) >= 0) adopt_failure();
+        failure_.throw_if_failed(me_);
+    }
+
+    void check_failed(shm_op& op) {
+        if (failure_.failed() || own_->failed_by.load(std::memory_order_acquire) >= 0) {
+            unpost(op);
+            throw_if_failed();
+        }
+    }
+
+    // Another rank wrote the group's failure into this rank's header: take its reason.
+    void adopt_failure() {
+        rank_t const blamed = own_->failed_by.load(std::memory_order_acquire);
+        auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+        while (own_->reason_ready.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+            ::sched_yield();
+        std::string reason = own_->reason_ready.load(std::memory_order_acquire) != 0
+                                 ? std::string(own_->reason, strnlen(own_->reason, reason_bytes))
+                                 : std::string("(the rank that failed the group wrote no reason)");
+        if (failure_.set(blamed, reason)) report_blame(blame_fd_, me_, blamed);
+        for (auto& q : peers_) q.queue.drop_receives();
+    }
+
+    // One idle round of a wait on `op`: polls, yields or sleeps; false once the deadline passed.
+    bool pause(shm_op& op, idle_state& idle, std::chrono::steady_clock::time_point deadline) {
+        ++idle.polls;
+        if (idle.polls < 64) {
+            for (int i = 0; i < 8; ++i) cpu_relax();
+            return true;
+        }
+        auto const now = std::chrono::steady_clock::now();
+        if (now >= deadline) return false;
+        if (now - idle.since < spin_) {
+            ::sched_yield();  // a rank of this host that has work goes first
+            return true;
+        }
+        if (now - idle.last_check >= std::chrono::milliseconds(10)) {
+            idle.last_check = now;
+            check_peers(op);
+            if (op.done) return true;
+        }
+        // Sleep until a peer rings (it sees `sleeping`), a slice passes, or the deadline.
+        own_->sleeping.store(1, std::memory_order_relaxed);
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        std::uint32_t const seen = own_->doorbell.load(std::memory_order_relaxed);
+        progress();
+        if (!op.done && own_->failed_by.load(std::memory_order_relaxed) < 0)
+            futex_wait(own_->doorbell, seen, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(10)));
+        own_->sleeping.store(0, std::memory_order_relaxed);
+        return true;
+    }
+
+    static void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        asm volatile("yield");
+#endif
+    }
+
+    // Whether a peer's process exited without leaving (it is blamed on every rank), and
+    // whether the peer `op` waits for left the group (op fails, naming it).
+    void check_peers(shm_op& op) {
+        for (auto& s : peers_) {
+            rank_t const r = sender_of(s);
+            if (r == me_ || s.exited) continue;
+            if (!process_exited(s.pidfd.get(), s.pid)) {
+                check_stopped(s, r);
+                continue;
+            }
+            s.exited = true;
+            if (s.header->left.load(std::memory_order_acquire) != 0) continue;
+            abort(r, "rank " + std::to_string(r) + "'s process (pid " + std::to_string(s.pid) +
+                         ") exited without leaving the group; rank " + std::to_string(me_) + " noticed");
+        }
+        peer_state& s = peer_of(op.peer);
+        // A rank that aborted and then left: its abort (written first) is what the group says.
+        if (op.peer != me_ && s.header->left.load(std::memory_order_acquire) != 0 &&
+            own_->failed_by.load(std::memory_order_acquire) < 0) {
+            drain(s);
+            push_sends(s);
+            unpost(op);
+            if (!op.done) {  // the group fails, blaming the rank that left
+                std::string const what =
+                    left_message(me_, op.peer, (op.is_send ? "sent it " : "waited for its ") + describe_tag(op.tag));
+                abort(op.peer, what);
+                op.fail(errc::peer_failed, what);
+            }
+        }
+    }
+
+    // A peer stopped for stopped_limit is blamed: it holds up the group as surely as a dead one.
+    void check_stopped(peer_state& s, rank_t r) {
+        if (stopped_limit_.count() <= 0) return;
+        if (!process_stopped(s.pid)) {
+            s.stopped_since = {};
+            return;
+        }
+        auto const now = std::chrono::steady_clock::now();
+        if (s.stopped_since == std::chrono::steady_clock::time_point{}) s.stopped_since = now;
+        if (now - s.stopped_since < stopped_limit_) return;
+        abort(r, "rank " + std::to_string(r) + " sent nothing for " + std::to_string(stopped_limit_.count()) +
+                     " ms: its process (pid " + std::to_string(s.pid) + ") is stopped (SIGSTOP, or a debugger holds it); rank " +
+                     std::to_string(me_) + " noticed");
+    }
+
+    rank_t me_;
+    std::chrono::milliseconds timeout_;
+    std::chrono::microseconds spin_;
+    layout layout_;
+    std::size_t remote_bytes_;
+    std::size_t part_bytes_;
+    std::chrono::milliseconds stopped_limit_;
+    int blame_fd_;
+    std::vector<peer_state> peers_;
+    mapping own_map_;
+    rank_header* own_ = nullptr;
+    group_failure failure_;
+    std::uint64_t last_id_ = 0;
+    std::chrono::steady_clock::time_point last_check_{};  // test()'s liveness checks
+    std::uint64_t const probe_ = probe_value;  // read by peers at set-up to probe remote reads
+};
+
+} // namespace detail::shm
+
+namespace detail {
+using shm::shm_engine;
+using shm::shm_op;
+} // namespace detail
+} // namespace chorus
