@@ -18,6 +18,8 @@
 //   --iter-scale S                scales that default (at least 1 warm-up, 3 timed), as
 //                                 PEERS_ITER_SCALE does for the peers
 //   --csv | --json                output format (default: a table)
+//   --transport tcp|shm           tcp_transport (default) or shm_transport (one host; float
+//                                 sum only); shm rows' algo column reads shm:ALGO
 //
 // Method (the same as ../shared/peers/bench_common.h, so rows compare one to one): for each
 // iteration, refill the inputs and reset the outputs (untimed), barrier (untimed), time the one
@@ -29,6 +31,7 @@
 // the number of wrong output elements over all ranks and iterations; it must be 0.
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/shm.hpp>
 #include <chorus/transport/tcp.hpp>
 
 #include <algorithm>
@@ -84,6 +87,7 @@ struct options {
     std::vector<std::string> algos{"auto"};
     std::string dtype = "float";
     std::string op = "sum";
+    std::string transport = "tcp";
     int warmup = -1, iters = -1;
     double iter_scale = 1.0;
     enum { table, csv, json } format = table;
@@ -116,6 +120,7 @@ options parse(int argc, char** argv) {
             else if (a == "--algo") o.algos = split(value());
             else if (a == "--dtype") o.dtype = value();
             else if (a == "--op") o.op = value();
+            else if (a == "--transport") o.transport = value();
             else if (a == "-w") o.warmup = std::stoi(value());
             else if (a == "-n") o.iters = std::stoi(value());
             else if (a == "--iter-scale") o.iter_scale = std::stod(value());
@@ -241,7 +246,8 @@ struct bench_case {
     std::function<std::size_t(int)> check;
 };
 
-row measure(chorus::tcp_transport& tp, options const& o, collective_info const& c, std::string const& algo, shape s,
+template <class Tp>
+row measure(Tp& tp, options const& o, collective_info const& c, std::string const& algo, shape s,
             std::size_t elem, bench_case const& bc) {
     std::size_t const bytes = s.count * elem;
     auto const its = iterations(o, bytes);
@@ -262,7 +268,8 @@ row measure(chorus::tcp_transport& tp, options const& o, collective_info const& 
     chorus::allreduce(tp, w, chorus::sum{});
     double const t = median(times);
     double const algbw = t > 0 && bytes > 0 ? static_cast<double>(bytes) / (t * 1e3) : 0.0;
-    return {std::string(c.name), algo, tp.size(), bytes, s.count, t, algbw, algbw * c.busbw_factor(tp.size()), w[0]};
+    std::string const label = std::is_same_v<Tp, chorus::shm_transport> ? "shm:" + algo : algo;
+    return {std::string(c.name), label, tp.size(), bytes, s.count, t, algbw, algbw * c.busbw_factor(tp.size()), w[0]};
 }
 
 // ---- the collectives, per element type and reduce op ----------------------------------------
@@ -280,10 +287,10 @@ T sentinel() {
     return static_cast<T>(-7);
 }
 
-template <class T, class Op>
+template <class Tp, class T, class Op>
 class suite {
 public:
-    suite(chorus::tcp_transport& tp, options const& o, Op op) : tp_(tp), o_(o), op_(op) {}
+    suite(Tp& tp, options const& o, Op op) : tp_(tp), o_(o), op_(op) {}
 
     /// The algorithms of collective `name`, each a (name, case builder) pair.
     void run(collective_info const& c, std::size_t req_bytes, std::vector<row>& out) {
@@ -434,7 +441,7 @@ private:
     // The expected value as T computes it (integer AVG truncates).
     static double exact(double v) { return static_cast<double>(static_cast<T>(v)); }
 
-    chorus::tcp_transport& tp_;
+    Tp& tp_;
     options const& o_;
     Op op_;
 };
@@ -462,13 +469,13 @@ void print(options const& o, std::vector<row> const& rows, bool header) {
     }
 }
 
-template <class T, class Op>
-int run_suite(chorus::tcp_transport& tp, options const& o, Op op) {
+template <class T, class Tp, class Op>
+int run_suite(Tp& tp, options const& o, Op op) {
     static collective_info const infos[] = {{"allreduce", kind::rooted_or_whole}, {"broadcast", kind::rooted_or_whole},
                                             {"reduce", kind::rooted_or_whole},    {"allgather", kind::blocks},
                                             {"reduce_scatter", kind::blocks},     {"alltoall", kind::blocks},
                                             {"alltoallv", kind::blocks},          {"barrier", kind::none}};
-    suite<T, Op> s(tp, o, op);
+    suite<Tp, T, Op> s(tp, o, op);
     bool header = true;
     double wrong = 0;
     for (auto const& name : o.ops) {
@@ -491,17 +498,31 @@ int run_suite(chorus::tcp_transport& tp, options const& o, Op op) {
 // Every op for float, sum for the other types: each (type, op) pair instantiates every
 // algorithm, and all twenty pairs would take minutes to compile for little information (the
 // kernels differ by one operator).
-template <class T>
-int run_type(chorus::tcp_transport& tp, options const& o) {
+template <class T, class Tp>
+int run_type(Tp& tp, options const& o) {
     if (o.op == "sum") return run_suite<T>(tp, o, chorus::sum{});
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<T, float> && std::is_same_v<Tp, chorus::tcp_transport>) {
         if (o.op == "prod") return run_suite<T>(tp, o, chorus::prod{});
         if (o.op == "min") return run_suite<T>(tp, o, chorus::minimum{});
         if (o.op == "max") return run_suite<T>(tp, o, chorus::maximum{});
         if (o.op == "avg") return run_suite<T>(tp, o, chorus::avg{});
         usage(("unknown --op " + o.op).c_str());
     }
-    usage(("--op " + o.op + " is built for --dtype float only").c_str());
+    usage(("--op " + o.op + " is built for --dtype float over tcp only").c_str());
+}
+
+template <class Tp>
+int run_transport(Tp& tp, options const& o, char const* name) {
+    if (tp.rank() == 0 && o.format == options::table)
+        std::printf("# chorus_bench: %d ranks over %s, dtype %s, op %s\n", tp.size(), name, o.dtype.c_str(), o.op.c_str());
+    if (o.dtype == "float") return run_type<float>(tp, o);
+    // Float only over shared memory: each further type instantiates every algorithm again.
+    if constexpr (std::is_same_v<Tp, chorus::tcp_transport>) {
+        if (o.dtype == "double") return run_type<double>(tp, o);
+        if (o.dtype == "int32") return run_type<std::int32_t>(tp, o);
+        if (o.dtype == "int64") return run_type<std::int64_t>(tp, o);
+    }
+    usage(("unknown --dtype " + o.dtype + " (over shm: float only)").c_str());
 }
 
 } // namespace
@@ -509,14 +530,13 @@ int run_type(chorus::tcp_transport& tp, options const& o) {
 int main(int argc, char** argv) {
     options const o = parse(argc, argv);
     try {
+        if (o.transport == "shm") {
+            auto tp = chorus::shm_transport::from_env();
+            return run_transport(tp, o, "shm_transport");
+        }
+        if (o.transport != "tcp") usage(("unknown --transport " + o.transport).c_str());
         auto tp = chorus::tcp_transport::from_env();
-        if (tp.rank() == 0 && o.format == options::table)
-            std::printf("# chorus_bench: %d ranks over tcp_transport, dtype %s, op %s\n", tp.size(), o.dtype.c_str(), o.op.c_str());
-        if (o.dtype == "float") return run_type<float>(tp, o);
-        if (o.dtype == "double") return run_type<double>(tp, o);
-        if (o.dtype == "int32") return run_type<std::int32_t>(tp, o);
-        if (o.dtype == "int64") return run_type<std::int64_t>(tp, o);
-        usage(("unknown --dtype " + o.dtype).c_str());
+        return run_transport(tp, o, "tcp_transport");
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "chorus_bench: %s\n", e.what());
         return 1;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# chorus side by side with Gloo and Open MPI (TCP and shared memory), in one run, on this
-# machine: builds the peers' benchmarks from ../shared/peers (see its README), runs them and
-# chorus_bench on the same sizes and rank counts, and prints the ratio table; with gnuplot it
-# also draws busbw against size (compare-busbw.png).
+# chorus (over TCP and over shared memory) side by side with Gloo and Open MPI (TCP and shared
+# memory), in one run, on this machine: builds the peers' benchmarks from ../shared/peers (see
+# its README), runs them and chorus_bench (--transport tcp, then shm) on the same sizes and rank
+# counts, and prints the ratio table; with gnuplot it also draws busbw against size
+# (compare-busbw.png).
 #
 # Usage: bench/compare.sh [OUT_DIR]          (default build/compare; as root for apt-get)
 # Environment: PEERS_RANKS="2 4", PEERS_SIZES=8,1K,64K,1M,16M,64M, PEERS_ITER_SCALE (quick runs),
@@ -38,8 +39,10 @@ cmake --build "$root/build-bench" --target chorusrun chorus_bench
 bash "$peers/run.sh" "$out/peers-build" ceilings gloo mpi_tcp mpi_shm | tee "$out/peers.txt"
 : >"$out/chorus.txt"
 for n in $PEERS_RANKS; do
-    "$root/build-bench/chorusrun" --no-prefix -n "$n" "$root/build-bench/bench/chorus_bench" --sizes "$PEERS_SIZES" \
-        --algo all --iter-scale "${PEERS_ITER_SCALE:-1}" | tee -a "$out/chorus.txt"
+    for transport in tcp shm; do
+        "$root/build-bench/chorusrun" --no-prefix -n "$n" "$root/build-bench/bench/chorus_bench" --sizes "$PEERS_SIZES" \
+            --algo all --transport "$transport" --iter-scale "${PEERS_ITER_SCALE:-1}" | tee -a "$out/chorus.txt"
+    done
 done
 
 awk -f "$root/bench/ratios.awk" "$out/peers.txt" "$out/chorus.txt" | tee "$out/ratios.txt"

@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <span>
 #include <type_traits>
+#include <utility>
 
 #include <chorus/config.hpp>
 #include <chorus/fwd.hpp>
@@ -61,22 +63,111 @@ void reduce_aliased(T* out, T const* a, T const* b, std::size_t n, Op const& op)
     for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<T>(op(a[i], b[i]));
 }
 
+// Large scratch blocks kept for reuse, per thread. An algorithm's scratch of a large collective
+// is as large as the message, and the next collective wants the same again: allocated afresh,
+// every block is new pages from the kernel (glibc maps blocks of 32 MiB and more itself, and
+// unmaps them on free), each faulted in on first touch — on the 2-core CI VM that made a
+// 64 MiB tree allreduce over shared memory 25x slower than the copies it does. So blocks of
+// at least `min_bytes` go back to this cache when freed (at most `max_blocks`, `max_bytes`
+// in all, the oldest dropped first), and a request takes the smallest cached block that
+// fits without wasting more than its own size again. Memory is held until the thread exits.
+class scratch_cache {
+public:
+    static constexpr std::size_t min_bytes = std::size_t{256} << 10;
+    static constexpr std::size_t max_blocks = 4;
+    static constexpr std::size_t max_bytes = std::size_t{512} << 20;
+
+    static std::byte* take(std::size_t bytes, std::size_t& capacity) {
+        if (bytes >= min_bytes) {
+            auto& c = instance();
+            std::size_t best = c.count_;
+            for (std::size_t i = 0; i < c.count_; ++i)
+                if (c.blocks_[i].bytes >= bytes && c.blocks_[i].bytes <= 2 * bytes &&
+                    (best == c.count_ || c.blocks_[i].bytes < c.blocks_[best].bytes))
+                    best = i;
+            if (best != c.count_) {
+                block const b = c.blocks_[best];
+                c.erase(best);
+                capacity = b.bytes;
+                return b.data;
+            }
+        }
+        capacity = bytes;
+        return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}));
+    }
+
+    static void give(std::byte* data, std::size_t capacity) noexcept {
+        if (!data) return;
+        if (capacity < min_bytes || capacity > max_bytes) return release(data);
+        auto& c = instance();
+        while (c.count_ == max_blocks || (c.count_ != 0 && c.total_ + capacity > max_bytes)) {
+            release(c.blocks_[0].data);
+            c.erase(0);
+        }
+        c.blocks_[c.count_++] = {data, capacity};
+        c.total_ += capacity;
+    }
+
+    scratch_cache() = default;
+    scratch_cache(scratch_cache const&) = delete;
+    scratch_cache& operator=(scratch_cache const&) = delete;
+    ~scratch_cache() {
+        for (std::size_t i = 0; i < count_; ++i) release(blocks_[i].data);
+    }
+
+private:
+    struct block {
+        std::byte* data;
+        std::size_t bytes;
+    };
+    static scratch_cache& instance() noexcept {
+        thread_local scratch_cache c;
+        return c;
+    }
+    static void release(std::byte* data) noexcept { ::operator delete(data, std::align_val_t{64}); }
+    void erase(std::size_t i) noexcept {
+        total_ -= blocks_[i].bytes;
+        for (std::size_t j = i + 1; j < count_; ++j) blocks_[j - 1] = blocks_[j];
+        --count_;
+    }
+    block blocks_[max_blocks]{};
+    std::size_t count_ = 0;
+    std::size_t total_ = 0;
+};
+
 } // namespace detail
 
 /// Ordinary host memory. Reductions are loops that the compiler vectorises (detail::reduce_block).
 struct host_memory {
     /// Uninitialised scratch of `n` elements (never zero-filled: it is always overwritten).
+    /// Large ones are reused from collective to collective (detail::scratch_cache).
     template <class T>
     class buffer {
+        static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 64);
+
     public:
         buffer() = default;
-        explicit buffer(std::size_t n)
-            : data_(n ? std::make_unique_for_overwrite<T[]>(n) : nullptr), size_(n) {}
-        std::span<T> span() noexcept { return {data_.get(), size_}; }
+        explicit buffer(std::size_t n) : size_(n) {
+            if (n) data_ = detail::scratch_cache::take(n * sizeof(T), capacity_);
+        }
+        buffer(buffer&& o) noexcept
+            : data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)), size_(std::exchange(o.size_, 0)) {}
+        buffer& operator=(buffer&& o) noexcept {
+            if (this != &o) {
+                detail::scratch_cache::give(data_, capacity_);
+                data_ = std::exchange(o.data_, nullptr);
+                capacity_ = std::exchange(o.capacity_, 0);
+                size_ = std::exchange(o.size_, 0);
+            }
+            return *this;
+        }
+        ~buffer() { detail::scratch_cache::give(data_, capacity_); }
+        std::span<T> span() noexcept { return {reinterpret_cast<T*>(data_), size_}; }
         std::size_t size() const noexcept { return size_; }
 
     private:
-        std::unique_ptr<T[]> data_;
+        std::byte* data_ = nullptr;
+        std::size_t capacity_ = 0;
         std::size_t size_ = 0;
     };
 

@@ -123,9 +123,9 @@ struct staged_factory {
 };
 using staged_runner = threaded_runner<staged_factory>;
 
-/// Shared memory, joined over a TCP bootstrap: default rings (remote reads from 32 KiB), and
-/// rings of one page with no remote reads (every message of more than 984 bytes in parts, the
-/// ring wrapping all the time).
+/// Shared memory, joined over a TCP bootstrap: default rings with remote reads from 32 KiB
+/// (process_vm_readv), and rings of one page with no remote reads (every message of more than
+/// 984 bytes in parts, the ring wrapping all the time).
 template <std::size_t RingBytes, std::size_t RemoteBytes>
 struct shm_factory {
     using transport = chorus::shm_transport;

@@ -5,14 +5,16 @@
 // shm_transport's engine: messages between the processes of one host through shared memory
 // (segment.hpp), matched by the core every transport shares (detail/matching.hpp).
 //
-// Paths. A message below shm_config::remote_bytes is copied into the receiver's ring from this
-// sender (a single-producer single-consumer ring, lock-free: the sender moves head, the
-// receiver tail) in parts of at most a quarter of the ring, and copied out by the receiver:
-// two copies, pipelined. One of at least remote_bytes is announced by a `remote` record
-// carrying its address, and the receiver copies it straight from the sender's memory into its
-// own buffer with process_vm_readv (cross-memory attach: one copy, made by the kernel); its
-// `ack` record completes the send. Pairs where that read is refused (a container's seccomp
-// filter, a hardened ptrace policy; probed at set-up) use the ring for everything.
+// Paths. A message is copied into the receiver's ring from this sender (a single-producer
+// single-consumer ring, lock-free: the sender moves head, the receiver tail) in parts of at
+// most a quarter of the ring, and copied out by the receiver: two copies, pipelined, on two
+// cores, through memory that stays in cache. With shm_config::remote_bytes set, a message of
+// that size or more is instead announced by a `remote` record carrying its address, and the
+// receiver copies it straight from the sender's memory into its own buffer with
+// process_vm_readv (cross-memory attach: one copy, made by the kernel); its `ack` record
+// completes the send. Off by default: slower than the ring where measured (shm_config).
+// Pairs where that read is refused (a container's seccomp filter, a hardened ptrace policy;
+// probed at set-up) use the ring for everything.
 //
 // Progress, in the caller's thread, as for TCP: isend writes what fits at once; every wait()
 // and test() drains every ring into posted receives (or the unexpected queue) and pushes every
@@ -51,6 +53,7 @@
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/memory.hpp>
 #include <chorus/transport/shm/segment.hpp>
 
 namespace chorus {
@@ -64,8 +67,11 @@ struct shm_config {
     /// a multiple of 4096, at least 4096): a segment holds size() rings.
     std::size_t ring_bytes = 256 * 1024;
     /// Messages of at least this many bytes are read from the sender's memory in one copy
-    /// (CHORUS_SHM_REMOTE_BYTES); 0: never, every message goes through the rings.
-    std::size_t remote_bytes = 32 * 1024;
+    /// (CHORUS_SHM_REMOTE_BYTES); 0 (the default): never, every message goes through the
+    /// rings. Measured on the 2-core CI VM (docs/algorithms.md): process_vm_readv moves
+    /// 2-5 GB/s and ten times less into pages it has not written before, while the two copies
+    /// through a ring that stays in cache run on both cores at once, 2-3x faster at 1-64 MiB.
+    std::size_t remote_bytes = 0;
     /// How long a wait polls before it sleeps (CHORUS_SPIN_US).
     std::chrono::microseconds spin{50};
     /// A peer whose process stays stopped (SIGSTOP, a debugger) this long while this rank waits
@@ -91,7 +97,7 @@ struct shm_op : message_op {
 struct shm_unexpected {
     tag_t tag = 0;
     std::size_t size = 0;
-    std::vector<std::byte> bytes;
+    host_memory::buffer<std::byte> bytes;  // reused from message to message when large
     std::size_t filled = 0;
     bool remote = false;
     std::uint64_t addr = 0, id = 0;
@@ -511,8 +517,8 @@ private:
         auto u = std::make_unique<shm_unexpected>();
         u->tag = h.tag;
         u->size = h.size;
-        u->bytes.resize(h.size);
-        if (h.bytes != 0) std::memcpy(u->bytes.data(), payload, h.bytes);
+        u->bytes = host_memory::buffer<std::byte>(h.size);
+        if (h.bytes != 0) std::memcpy(u->bytes.span().data(), payload, h.bytes);
         u->filled = h.bytes;
         if (!u->complete()) s.into_unexpected = u.get();
         s.queue.messages().push_back(std::move(u));
@@ -530,7 +536,7 @@ private:
             }
         } else if (s.into_unexpected) {
             shm_unexpected& u = *s.into_unexpected;
-            std::memcpy(u.bytes.data() + u.filled, payload, n);
+            std::memcpy(u.bytes.span().data() + u.filled, payload, n);
             u.filled += n;
             if (u.complete()) s.into_unexpected = nullptr;
         }
@@ -587,7 +593,7 @@ private:
             if (arriving) s.discard = u.size - u.filled;
             return;
         }
-        if (u.filled != 0) std::memcpy(op.in, u.bytes.data(), u.filled);
+        if (u.filled != 0) std::memcpy(op.in, u.bytes.span().data(), u.filled);
         op.offset = u.filled;
         if (u.complete()) op.done = true;
         else s.into = receive;  // the rest goes straight to its buffer
@@ -626,9 +632,14 @@ private:
 
     // One idle round of a wait on `op`: polls, yields or sleeps; false once the deadline passed.
     bool pause(shm_op& op, idle_state& idle, std::chrono::steady_clock::time_point deadline) {
+        // Polls without a system call for a few microseconds (a message already on its way
+        // arrives within a cache miss or two: 1 us for an 8-byte allreduce at 2 ranks, 2.5 us
+        // when every idle poll yields), then yield: with more ranks than cores, the peer we
+        // wait for may need this very core. (64 x 8 pauses, up to 140 cycles each, held the
+        // core for 30 us: 8-byte steps at 4 ranks on 2 cores took 30-80 us.)
         ++idle.polls;
-        if (idle.polls < 64) {
-            for (int i = 0; i < 8; ++i) cpu_relax();
+        if (idle.polls < 256) {
+            cpu_relax();
             return true;
         }
         auto const now = std::chrono::steady_clock::now();
