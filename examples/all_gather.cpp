@@ -25,7 +25,7 @@
 
 namespace {
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     auto const world = static_cast<std::size_t>(tp.size());
     std::vector<float> const local{static_cast<float>(tp.rank())};
     std::vector<float> gathered(world, 0.0f);
@@ -41,4 +41,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

@@ -24,7 +24,7 @@
 
 namespace {
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     auto const world = static_cast<float>(tp.size());
     std::vector<float> const grad{static_cast<float>(tp.rank() + 1)};
     std::cout << "before grad = " << example::format_list(grad) << std::endl;
@@ -54,4 +54,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

@@ -47,7 +47,7 @@ std::string format_groups(std::vector<int> const& values, std::vector<int> const
     return s + "]";
 }
 
-bool equal_size(chorus::tcp_transport& tp) {
+bool equal_size(auto& tp) {
     auto const world = static_cast<std::size_t>(tp.size());
     auto const rank = static_cast<std::size_t>(tp.rank());
     std::vector<float> send(world), recv(world, 0.0f), expected(world);
@@ -66,7 +66,7 @@ bool equal_size(chorus::tcp_transport& tp) {
     return false;
 }
 
-bool variable_size(chorus::tcp_transport& tp) {
+bool variable_size(auto& tp) {
     auto const world = static_cast<std::size_t>(tp.size());
     int const rank = tp.rank();
     auto const split = [](int from, int to) { return (from + to) % 3 + 1; };  // elements rank `from` sends `to`
@@ -102,7 +102,7 @@ bool variable_size(chorus::tcp_transport& tp) {
 } // namespace
 
 int main() {
-    return example::run_rank([](chorus::tcp_transport& tp) {
+    return example::run_rank([](auto& tp) {
         bool const ok_equal = equal_size(tp);
         bool const ok_variable = variable_size(tp);
         return ok_equal && ok_variable ? 0 : 1;

@@ -23,7 +23,7 @@
 
 namespace {
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     std::vector<float> const root_data{1.0f, 2.0f, 3.0f};
     // The root has the data; the others only a buffer of the right size to be filled.
     std::vector<float> tensor = tp.rank() == 0 ? root_data : std::vector<float>(root_data.size(), 0.0f);
@@ -37,4 +37,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/shm.hpp>
 #include <chorus/transport/tcp.hpp>
 
 namespace example {
@@ -52,11 +53,22 @@ bool check(char const* what, int rank, Range const& got, Range const& want) {
 }
 
 /// main() of every example: joins the job a launcher started (chorusrun, torchrun, srun,
-/// mpirun: tcp_transport::from_env) and returns body(tp) as the exit status; a chorus error
-/// (a peer that died, a timeout, a missing variable) is printed and exits 1.
+/// mpirun) and returns body(tp) as the exit status; a chorus error (a peer that died, a timeout,
+/// a missing variable) is printed and exits 1. The transport is tcp_transport::from_env(), or
+/// shm_transport::from_env() (every rank on this host, through shared memory) when
+/// CHORUS_TRANSPORT=shm: `body` takes either (`auto& tp`).
 template <class Body>
 int run_rank(Body body) {
     try {
+        std::string const transport = chorus::detail::env_reader::get({"CHORUS_TRANSPORT"});
+        if (transport == "shm") {
+            auto tp = chorus::shm_transport::from_env();
+            return body(tp);
+        }
+        if (!transport.empty() && transport != "tcp") {
+            std::cerr << "error: CHORUS_TRANSPORT must be tcp or shm, not '" << transport << "'" << std::endl;
+            return 2;
+        }
         auto tp = chorus::tcp_transport::from_env();
         return body(tp);
     } catch (chorus::error const& e) {

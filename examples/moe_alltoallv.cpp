@@ -91,7 +91,7 @@ std::vector<int> times_features(std::vector<int> const& tokens) {
     return out;
 }
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     auto const p = static_cast<std::size_t>(tp.size());
     auto const rank = static_cast<std::size_t>(tp.rank());
     // Expert e lives on rank e % p as local slot e / p; every rank reserves the same number
@@ -170,4 +170,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

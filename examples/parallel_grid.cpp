@@ -46,7 +46,7 @@ double compute_step(int step) {
     return x;
 }
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     int const r = tp.rank(), p = tp.size();
     if (p % 2 != 0) {
         std::cerr << "parallel_grid needs an even number of ranks" << std::endl;
@@ -98,4 +98,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

@@ -27,7 +27,7 @@
 
 namespace {
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     int const r = tp.rank(), p = tp.size();
     double const losses[] = {1.5, 0.5, 2.5, 1.0};
     std::vector<double> const loss{losses[r % 4]};
@@ -62,4 +62,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

@@ -26,7 +26,7 @@
 
 namespace {
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     auto const world = static_cast<std::size_t>(tp.size());
     int const rank = tp.rank();
     std::vector<float> blocks(world);
@@ -49,4 +49,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

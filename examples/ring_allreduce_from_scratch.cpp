@@ -46,7 +46,7 @@ std::span<float> chunk(std::span<float> data, std::size_t c, std::size_t p) {
     return data.subspan(begin, base + (c < extra ? 1 : 0));
 }
 
-void ring_allreduce(chorus::tcp_transport& tp, std::span<float> data) {
+void ring_allreduce(auto& tp, std::span<float> data) {
     auto const p = static_cast<std::size_t>(tp.size());
     auto const rank = static_cast<std::size_t>(tp.rank());
     auto const left = static_cast<chorus::rank_t>((rank + p - 1) % p);  // receive from
@@ -75,7 +75,7 @@ void ring_allreduce(chorus::tcp_transport& tp, std::span<float> data) {
 /// Runs one case of n elements; returns whether the ring, chorus::allreduce and the closed
 /// form agree. Every value is a small whole number, so float sums are exact in any order and
 /// equality (not a tolerance) is the right check.
-bool run_case(chorus::tcp_transport& tp, std::size_t n, std::string const& label, bool print_values) {
+bool run_case(auto& tp, std::size_t n, std::string const& label, bool print_values) {
     auto const p = static_cast<float>(tp.size());
     std::vector<float> x(n);
     for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<float>(i) + 100.0f * static_cast<float>(tp.rank());
@@ -102,7 +102,7 @@ bool run_case(chorus::tcp_transport& tp, std::size_t n, std::string const& label
 } // namespace
 
 int main() {
-    return example::run_rank([](chorus::tcp_transport& tp) {
+    return example::run_rank([](auto& tp) {
         auto const p = static_cast<std::size_t>(tp.size());
         auto const n = [](std::size_t count) { return "n=" + std::to_string(count); };
         bool const seed_case = run_case(tp, 2 * p, n(2 * p) + ": from scratch == chorus::allreduce ? ", tp.rank() == 0);

@@ -25,7 +25,7 @@ namespace {
 
 constexpr chorus::rank_t root = 0;
 
-int run(chorus::tcp_transport& tp) {
+int run(auto& tp) {
     auto const world = static_cast<std::size_t>(tp.size());
     bool ok = true;
 
@@ -64,4 +64,4 @@ int run(chorus::tcp_transport& tp) {
 
 } // namespace
 
-int main() { return example::run_rank(run); }
+int main() { return example::run_rank([](auto& tp) { return run(tp); }); }

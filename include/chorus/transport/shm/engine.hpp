@@ -231,14 +231,25 @@ public:
 
     /// Fails the group on behalf of `blamed`, on every rank; the first reason each rank's
     /// header receives is kept.
+    /// A rank that knows of a failure already spreads that one, not `reason`: a failure has
+    /// consequences (the requests its exception destroys abort too), and a rank that has not
+    /// heard of the failure yet must hear of its cause.
     void abort(rank_t blamed, std::string const& reason) noexcept {
+        if (!failure_.failed() && own_ && own_->failed_by.load(std::memory_order_acquire) >= 0) {
+            try {
+                adopt_failure();
+            } catch (...) {  // no memory for the reason's copy: ours goes out instead
+            }
+        }
         if (failure_.set(blamed, reason)) report_blame(blame_fd_, me_, blamed);
+        rank_t const cause = failure_.blamed();
+        std::string const& why = failure_.reason();
         for (auto& q : peers_) {
             if (!q.header) continue;
             std::int32_t expected = -1;
-            if (q.header->failed_by.compare_exchange_strong(expected, blamed)) {
-                std::size_t const n = std::min(reason.size(), reason_bytes - 1);
-                std::memcpy(q.header->reason, reason.data(), n);
+            if (q.header->failed_by.compare_exchange_strong(expected, cause)) {
+                std::size_t const n = std::min(why.size(), reason_bytes - 1);
+                std::memcpy(q.header->reason, why.data(), n);
                 q.header->reason[n] = '\0';
                 q.header->reason_ready.store(1, std::memory_order_release);
             }
@@ -606,7 +617,10 @@ private:
     }
 
     void throw_if_failed() {
-        if (!failure_.failed() && own_->failed_by.load(std::memory_order_acquire) >= 0) adopt_failure();
+        if (!failure_.failed() && own_->failed_by.load(std::memory_order_acquire) >= 0) {
+            adopt_failure();
+            abort(failure_.blamed(), failure_.reason());  // on to ranks its writer has not reached yet
+        }
         failure_.throw_if_failed(me_);
     }
 
