@@ -146,6 +146,12 @@ inline std::string left_message(rank_t me, rank_t peer, std::string const& still
     return rank + ": rank " + std::to_string(peer) + " left the group (its transport was destroyed) while " + rank + " " + still;
 }
 
+/// The reason a group fails when rank `me`'s transport is destroyed by an exception unwinding
+/// the stack.
+inline std::string left_by_exception_message(rank_t me) {
+    return "rank " + std::to_string(me) + " left the group by an exception (its transport was destroyed while it unwound the stack)";
+}
+
 /// The reason a group fails when a request is destroyed before its operation completed.
 inline std::string abandoned_message(rank_t me, bool is_send, tag_t tag, rank_t peer) {
     return "rank " + std::to_string(me) + " abandoned a pending " + (is_send ? "send of " : "receive of ") +

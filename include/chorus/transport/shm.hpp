@@ -32,6 +32,7 @@
 #include <chorus/collectives.hpp>
 #include <chorus/detail/env.hpp>
 #include <chorus/detail/request_handle.hpp>
+#include <chorus/detail/tags.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/memory.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -132,8 +133,7 @@ private:
     void leave() noexcept {
         if (engine_ && std::uncaught_exceptions() > unwinding_) {
             try {
-                engine_->abort(engine_->rank(), "rank " + std::to_string(engine_->rank()) +
-                                                    " left the group by an exception (its transport was destroyed while it unwound the stack)");
+                engine_->abort(engine_->rank(), detail::left_by_exception_message(engine_->rank()));
             } catch (...) {
             }
         }

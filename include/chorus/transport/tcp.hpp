@@ -23,6 +23,7 @@
 #include <string>
 
 #include <chorus/detail/request_handle.hpp>
+#include <chorus/detail/tags.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/memory.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -94,8 +95,7 @@ private:
     void leave() noexcept {
         if (engine_ && std::uncaught_exceptions() > unwinding_) {
             try {
-                engine_->abort("rank " + std::to_string(rank_) +
-                               " left the group by an exception (its transport was destroyed while it unwound the stack)");
+                engine_->abort(detail::left_by_exception_message(rank_));
             } catch (...) {  // no memory for the text: the peers see the connection close
             }
         }

@@ -199,11 +199,7 @@ public:
             progress();
             if (!op->done) {
                 check_failed(*op);
-                auto const now = std::chrono::steady_clock::now();
-                if (now - last_check_ < std::chrono::milliseconds(10)) return false;
-                last_check_ = now;
-                check_peers(*op);
-                if (!op->done) return false;
+                if (!check_peers_due(std::chrono::steady_clock::now(), *op) || !op->done) return false;
             }
         }
         wait(op);  // done: returns or throws the recorded error
@@ -283,7 +279,6 @@ private:
 
     struct idle_state {
         std::chrono::steady_clock::time_point since;
-        std::chrono::steady_clock::time_point last_check{};
         unsigned polls = 0;
     };
 
@@ -415,14 +410,19 @@ private:
         ring_doorbell(*s.header);
     }
 
+    // Writes record `h` and its h.bytes of payload at the head (reserved) and publishes it.
+    void put(peer_state& s, record_header const& h, std::byte const* payload) {
+        std::byte* at = s.out_data + s.out_head % ring_bytes();
+        std::memcpy(at, &h, sizeof h);
+        if (h.bytes != 0 && payload) std::memcpy(at + record_header_bytes, payload, h.bytes);
+        s.out_head += record_bytes(h.bytes);
+        publish(s);
+    }
+
     bool write_record(peer_state& s, record_header const& h, std::byte const* payload) {
         std::size_t n = h.bytes;
         if (!reserve(s, n, false)) return false;
-        std::byte* at = s.out_data + s.out_head % ring_bytes();
-        std::memcpy(at, &h, sizeof h);
-        if (n != 0 && payload) std::memcpy(at + record_header_bytes, payload, n);
-        s.out_head += record_bytes(n);
-        publish(s);
+        put(s, h, payload);
         return true;
     }
 
@@ -432,12 +432,7 @@ private:
                     record_kind kind, std::size_t& written) {
         std::size_t n = std::min(want, part_bytes_);
         if (!reserve(s, n, true)) return false;
-        record_header const h{tag, size, 0, 0, kind, static_cast<std::uint32_t>(n)};
-        std::byte* at = s.out_data + s.out_head % ring_bytes();
-        std::memcpy(at, &h, sizeof h);
-        if (n != 0) std::memcpy(at + record_header_bytes, payload, n);
-        s.out_head += record_bytes(n);
-        publish(s);
+        put(s, {tag, size, 0, 0, kind, static_cast<std::uint32_t>(n)}, payload);
         written = n;
         return true;
     }
@@ -500,7 +495,7 @@ private:
             case record_kind::ack: on_ack(s, h.id); break;
             default:
                 abort(me_, "rank " + std::to_string(me_) + ": the shared-memory ring from rank " +
-                               std::to_string(&s - peers_.data()) + " is corrupt (a record of kind " +
+                               std::to_string(sender_of(s)) + " is corrupt (a record of kind " +
                                std::to_string(static_cast<unsigned>(h.kind)) + ")");
                 throw_if_failed();
             }
@@ -662,11 +657,7 @@ private:
             ::sched_yield();  // a rank of this host that has work goes first
             return true;
         }
-        if (now - idle.last_check >= std::chrono::milliseconds(10)) {
-            idle.last_check = now;
-            check_peers(op);
-            if (op.done) return true;
-        }
+        if (check_peers_due(now, op) && op.done) return true;
         // Sleep until a peer rings (it sees `sleeping`), a slice passes, or the deadline.
         own_->sleeping.store(1, std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -684,6 +675,14 @@ private:
 #elif defined(__aarch64__)
         asm volatile("yield");
 #endif
+    }
+
+    // check_peers(op) at most every 10 ms (it reads /proc); whether it ran.
+    bool check_peers_due(std::chrono::steady_clock::time_point now, shm_op& op) {
+        if (now - last_check_ < std::chrono::milliseconds(10)) return false;
+        last_check_ = now;
+        check_peers(op);
+        return true;
     }
 
     // Whether a peer's process exited without leaving (it is blamed on every rank), and
@@ -745,7 +744,7 @@ private:
     rank_header* own_ = nullptr;
     group_failure failure_;
     std::uint64_t last_id_ = 0;
-    std::chrono::steady_clock::time_point last_check_{};  // test()'s liveness checks
+    std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()
     std::uint64_t const probe_ = probe_value;  // read by peers at set-up to probe remote reads
 };
 
