@@ -8,6 +8,7 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <type_traits>
 
 #include <chorus/chorus.hpp>
 #include <chorus/transport/shm.hpp>
@@ -56,14 +57,21 @@ bool check(char const* what, int rank, Range const& got, Range const& want) {
 /// mpirun) and returns body(tp) as the exit status; a chorus error (a peer that died, a timeout,
 /// a missing variable) is printed and exits 1. The transport is tcp_transport::from_env(), or
 /// shm_transport::from_env() (every rank on this host, through shared memory) when
-/// CHORUS_TRANSPORT=shm: `body` takes either (`auto& tp`).
+/// CHORUS_TRANSPORT=shm: `body` takes either (`auto& tp`). A body that takes only a
+/// tcp_transport (the CUDA example bootstraps its device transport from one) runs over TCP, and
+/// CHORUS_TRANSPORT=shm is refused for it rather than ignored.
 template <class Body>
 int run_rank(Body body) {
     try {
         std::string const transport = chorus::detail::env_reader::get({"CHORUS_TRANSPORT"});
         if (transport == "shm") {
-            auto tp = chorus::shm_transport::from_env();
-            return body(tp);
+            if constexpr (std::is_invocable_v<Body&, chorus::shm_transport&>) {
+                auto tp = chorus::shm_transport::from_env();
+                return body(tp);
+            } else {
+                std::cerr << "error: this program runs over tcp_transport only: unset CHORUS_TRANSPORT" << std::endl;
+                return 2;
+            }
         }
         if (!transport.empty() && transport != "tcp") {
             std::cerr << "error: CHORUS_TRANSPORT must be tcp or shm, not '" << transport << "'" << std::endl;

@@ -308,8 +308,8 @@ private:
         unique_fd fd = create_segment(layout_.total(), "chorus-shm-rank-" + std::to_string(me_));
         own_map_ = mapping(fd.get(), layout_.total(), "this rank's segment");
         std::byte* const base = own_map_.base();
-        own_ = new (base) rank_header;
-        for (std::size_t s = 0; s < p; ++s) new (layout_.ring(base, s)) ring_header;
+        own_ = std::construct_at(reinterpret_cast<rank_header*>(base));  // not placement new: nvcc looks for an aligned placement form that does not exist
+        for (std::size_t s = 0; s < p; ++s) std::construct_at(layout_.ring(base, s));
 
         hello mine{};
         mine.pid = static_cast<std::int64_t>(::getpid());
