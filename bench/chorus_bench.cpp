@@ -18,8 +18,11 @@
 //   --iter-scale S                scales that default (at least 1 warm-up, 3 timed), as
 //                                 PEERS_ITER_SCALE does for the peers
 //   --csv | --json                output format (default: a table)
-//   --transport tcp|shm           tcp_transport (default) or shm_transport (one host; float
-//                                 sum only); shm rows' algo column reads shm:ALGO
+//   --transport tcp|shm|node|auto tcp_transport (default), shm_transport (one host) or
+//                                 node_transport (shared memory inside a host, TCP between;
+//                                 `auto` is node: one host makes it all shared memory); float
+//                                 sum only over shm and node, whose rows' algo column reads
+//                                 shm:ALGO or node:ALGO
 //
 // Method (the same as ../shared/peers/bench_common.h, so rows compare one to one): for each
 // iteration, refill the inputs and reset the outputs (untimed), barrier (untimed), time the one
@@ -31,6 +34,7 @@
 // the number of wrong output elements over all ranks and iterations; it must be 0.
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/node.hpp>
 #include <chorus/transport/shm.hpp>
 #include <chorus/transport/tcp.hpp>
 
@@ -268,7 +272,9 @@ row measure(Tp& tp, options const& o, collective_info const& c, std::string cons
     chorus::allreduce(tp, w, chorus::sum{});
     double const t = median(times);
     double const algbw = t > 0 && bytes > 0 ? static_cast<double>(bytes) / (t * 1e3) : 0.0;
-    std::string const label = std::is_same_v<Tp, chorus::shm_transport> ? "shm:" + algo : algo;
+    std::string const label = std::is_same_v<Tp, chorus::shm_transport>    ? "shm:" + algo
+                              : std::is_same_v<Tp, chorus::node_transport> ? "node:" + algo
+                                                                           : algo;
     return {std::string(c.name), label, tp.size(), bytes, s.count, t, algbw, algbw * c.busbw_factor(tp.size()), w[0]};
 }
 
@@ -516,13 +522,13 @@ int run_transport(Tp& tp, options const& o, char const* name) {
     if (tp.rank() == 0 && o.format == options::table)
         std::printf("# chorus_bench: %d ranks over %s, dtype %s, op %s\n", tp.size(), name, o.dtype.c_str(), o.op.c_str());
     if (o.dtype == "float") return run_type<float>(tp, o);
-    // Float only over shared memory: each further type instantiates every algorithm again.
+    // Float only over shared memory and nodes: each further type instantiates every algorithm again.
     if constexpr (std::is_same_v<Tp, chorus::tcp_transport>) {
         if (o.dtype == "double") return run_type<double>(tp, o);
         if (o.dtype == "int32") return run_type<std::int32_t>(tp, o);
         if (o.dtype == "int64") return run_type<std::int64_t>(tp, o);
     }
-    usage(("unknown --dtype " + o.dtype + " (over shm: float only)").c_str());
+    usage(("unknown --dtype " + o.dtype + " (over shm and node: float only)").c_str());
 }
 
 } // namespace
@@ -533,6 +539,12 @@ int main(int argc, char** argv) {
         if (o.transport == "shm") {
             auto tp = chorus::shm_transport::from_env();
             return run_transport(tp, o, "shm_transport");
+        }
+        if (o.transport == "node" || o.transport == "auto") {
+            auto tp = chorus::node_transport::from_env();
+            if (tp.rank() == 0 && o.format == options::table)
+                std::printf("# node_transport: %d nodes, %d ranks on this rank's node\n", tp.nodes(), tp.local_size());
+            return run_transport(tp, o, "node_transport");
         }
         if (o.transport != "tcp") usage(("unknown --transport " + o.transport).c_str());
         auto tp = chorus::tcp_transport::from_env();

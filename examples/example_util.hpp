@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/node.hpp>
 #include <chorus/transport/shm.hpp>
 #include <chorus/transport/tcp.hpp>
 
@@ -55,30 +56,29 @@ bool check(char const* what, int rank, Range const& got, Range const& want) {
 
 /// main() of every example: joins the job a launcher started (chorusrun, torchrun, srun,
 /// mpirun) and returns body(tp) as the exit status; a chorus error (a peer that died, a timeout,
-/// a missing variable) is printed and exits 1. The transport is tcp_transport::from_env(), or
-/// shm_transport::from_env() (every rank on this host, through shared memory) when
-/// CHORUS_TRANSPORT=shm: `body` takes either (`auto& tp`). A body that takes only a
-/// tcp_transport (the CUDA example bootstraps its device transport from one) runs over TCP, and
-/// CHORUS_TRANSPORT=shm is refused for it rather than ignored.
+/// a missing variable) is printed and exits 1. The transport is CHORUS_TRANSPORT's: tcp (the
+/// default, tcp_transport::from_env()), shm (every rank on this host, through shared memory) or
+/// node (auto: shared memory inside each host, TCP between hosts): `body` takes any (`auto&
+/// tp`). A body that takes only a tcp_transport (the CUDA example bootstraps its device
+/// transport from one) runs over TCP, and the others are refused for it rather than ignored.
 template <class Body>
 int run_rank(Body body) {
-    try {
-        std::string const transport = chorus::detail::env_reader::get({"CHORUS_TRANSPORT"});
-        if (transport == "shm") {
-            if constexpr (std::is_invocable_v<Body&, chorus::shm_transport&>) {
-                auto tp = chorus::shm_transport::from_env();
-                return body(tp);
-            } else {
-                std::cerr << "error: this program runs over tcp_transport only: unset CHORUS_TRANSPORT" << std::endl;
-                return 2;
-            }
-        }
-        if (!transport.empty() && transport != "tcp") {
-            std::cerr << "error: CHORUS_TRANSPORT must be tcp or shm, not '" << transport << "'" << std::endl;
+    auto const over = [&]<class Tp>(std::type_identity<Tp>) -> int {
+        if constexpr (std::is_invocable_v<Body&, Tp&>) {
+            auto tp = Tp::from_env();
+            return body(tp);
+        } else {
+            std::cerr << "error: this program runs over tcp_transport only: unset CHORUS_TRANSPORT" << std::endl;
             return 2;
         }
-        auto tp = chorus::tcp_transport::from_env();
-        return body(tp);
+    };
+    try {
+        std::string const transport = chorus::detail::env_reader::get({"CHORUS_TRANSPORT"});
+        if (transport.empty() || transport == "tcp") return over(std::type_identity<chorus::tcp_transport>{});
+        if (transport == "shm") return over(std::type_identity<chorus::shm_transport>{});
+        if (transport == "node" || transport == "auto") return over(std::type_identity<chorus::node_transport>{});
+        std::cerr << "error: CHORUS_TRANSPORT must be tcp, shm, node or auto, not '" << transport << "'" << std::endl;
+        return 2;
     } catch (chorus::error const& e) {
         std::cerr << "error: " << e.what() << std::endl;
         return 1;

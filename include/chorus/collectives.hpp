@@ -60,7 +60,7 @@ using scatter_algorithms = algorithms<collective_kind::scatter, linear>;
 using gather_algorithms = algorithms<collective_kind::gather, linear>;
 using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck>;
 using reduce_algorithms = algorithms<collective_kind::reduce, tree>;
-using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree>;
+using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical>;
 using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree>;
 using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck>;
 using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
@@ -181,7 +181,7 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
         auto s = detail::to_span(data);
         detail::run_collective<Algo, detail::allreduce_algorithms, T, Op>(
             tp, s.size_bytes(),
-            [&] { return detail::choose_allreduce(tp.size(), s.size_bytes(), is_commutative_v<Op, T>); }, s, op);
+            [&] { return detail::choose_allreduce_over(tp, s.size_bytes(), is_commutative_v<Op, T>); }, s, op);
     }
 }
 
@@ -343,3 +343,6 @@ void exscan(Transport& tp, R&& data, Op op = {}) {
 }
 
 } // namespace chorus
+
+// Its phases are the collectives above.
+#include <chorus/algorithm/hierarchical_allreduce.hpp>

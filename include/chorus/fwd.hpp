@@ -64,5 +64,8 @@ struct scatter_allgather {  ///< broadcast as binomial scatter + ring allgather 
 struct bruck {  ///< ceil(log2 p) rounds at distances 1, 2, 4, ... for any p
     static constexpr std::string_view name{"bruck"};
 };
+struct hierarchical {  ///< inside each node, then across the nodes (node_transport), then inside again
+    static constexpr std::string_view name{"hierarchical"};
+};
 
 } // namespace chorus

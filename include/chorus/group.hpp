@@ -183,9 +183,9 @@ std::uint64_t agree_group_number(Transport& tp, std::vector<split_entry> const& 
     std::int64_t highest = 0;
     for (auto const& e : entries) highest = std::max(highest, e.last_number);
     auto const number = static_cast<std::uint64_t>(highest) + 1;
-    if (number > max_group_id) {
+    if (number > max_user_group_id) {
         std::string const what = "rank " + std::to_string(tp.rank()) + ": split: more than " +
-                                 std::to_string(max_group_id) + " groups in one job";
+                                 std::to_string(max_user_group_id) + " groups in one job";
         tp.abort(what.c_str());
         throw invalid_argument(what);
     }

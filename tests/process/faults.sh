@@ -4,8 +4,8 @@
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK [TRANSPORT]
 #   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | exit | signal
-#   TRANSPORT: tcp (the default) or shm (process_check --transport shm; kill, stop, early and
-#   mismatch, with the same expectations: the contract is the transport concept's)
+#   TRANSPORT: tcp (the default), shm or node:K (process_check --transport ...; kill, stop,
+#   early and mismatch, with the same expectations: the contract is the transport concept's)
 # Each case prints how long the failure took to be reported (for the note) and exits
 # non-zero on the first unmet expectation. Bounds are asserted only where they are the
 # contract (a stopped rank named within 10 s, an early exit named at once), with wide margins.

@@ -62,21 +62,24 @@ done
 
 export CHORUS_JOB_TOKEN=netns-test-$id-$RANDOM
 failures=0
-# job NAME MASTER_ADDR [ENV=VALUE...] -- PROGRAM ARGS...: one rank per host; all must pass.
+# job NAME MASTER_ADDR [ENV=VALUE...] -- PROGRAM ARGS...: one rank per host (or job_ranks ranks
+# on each of the first job_hosts hosts, each with a hostname of its own in a UTS namespace);
+# all must pass.
 job() {
     local name=$1 master=$2
     shift 2
     local envs=()
     while [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
-    local start end pids=() rc i bad=0
+    local start end pids=() rc i bad=0 nh=${job_hosts:-$hosts} wrap=()
     start=$(date +%s%3N)
-    for i in $(seq 0 $((hosts - 1))); do
-        ip netns exec "$(ns "$i")" env "${envs[@]}" "$run" --nnodes $hosts --node-rank "$i" -n 1 \
+    for i in $(seq 0 $((nh - 1))); do
+        [ -n "${job_ranks:-}" ] && wrap=(unshare --uts sh -c 'hostname "$0" && exec "$@"' "chorus-host$i")
+        ip netns exec "$(ns "$i")" "${wrap[@]}" env "${envs[@]}" "$run" --nnodes "$nh" --node-rank "$i" -n "${job_ranks:-1}" \
             --master-addr "$master" --master-port 29500 --timeout-ms 60000 "$@" >"$tmp/$name.$i.out" 2>"$tmp/$name.$i.err" &
         pids+=($!)
     done
-    for i in $(seq 0 $((hosts - 1))); do
+    for i in $(seq 0 $((nh - 1))); do
         wait "${pids[$i]}"
         rc=$?
         if [ "$rc" -ne 0 ]; then
@@ -177,6 +180,31 @@ if [ "$bad" -ne 0 ]; then
 else
     echo "ok: blackholed host named by every other host"
 fi
+
+# Two hosts of two ranks over node_transport, nodes told apart by their hostnames: shared memory
+# inside a host, TCP between the hosts, the hierarchical allreduce. The whole matrix, the stress
+# run and the seed's allreduce program; host 1's TCP packets are counted, so a job that kept its
+# hosts' traffic in one place (every rank on one node) fails.
+ip netns exec "$(ns 1)" nft -f - <<'EOF' || { echo "FAIL: nft"; exit 1; }
+table inet chorus_nodes {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        iifname "eth0" meta l4proto tcp counter
+    }
+}
+EOF
+job_hosts=2 job_ranks=2 job nodes-matrix 192.0.2.10 -- "$check" --transport node matrix
+for i in 0 1; do
+    grep -q "rank $((2 * i + 1)): node $i of 2, 2 ranks on it" "$tmp/nodes-matrix.$i.out" 2>/dev/null ||
+        { echo "FAIL: host $i's ranks are not one node of two: $(cat "$tmp/nodes-matrix.$i.out" 2>/dev/null | head -2)"; failures=$((failures + 1)); }
+done
+job_hosts=2 job_ranks=2 job nodes-stress 192.0.2.10 -- "$check" --transport node stress 2027 30
+for e in "${examples[@]}"; do
+    case $e in *all_reduce*) job_hosts=2 job_ranks=2 show=1 job "nodes-example-$(basename "$e")" 192.0.2.10 CHORUS_TRANSPORT=node -- "$e" ;; esac
+done
+between=$(ip netns exec "$(ns 1)" nft list table inet chorus_nodes | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+echo "host 1 received ${between:-0} TCP packets from the other host during the node_transport jobs"
+[ "${between:-0}" -gt 2000 ] || { echo "FAIL: the hosts did not talk over TCP"; failures=$((failures + 1)); }
 
 [ "$failures" -eq 0 ] || { echo "$failures job(s) failed"; exit 1; }
 echo "all multi-host jobs passed"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // One rank of a multi-process test over tcp_transport (or shm_transport, with
-// `--transport shm` before the mode), started by chorusrun (or by hand with
+// `--transport shm` before the mode; node_transport with `--transport node:K`, the ranks cut
+// into K nodes of consecutive ranks, or `node%K`, rank r on node r % K), started by chorusrun (or by hand with
 // RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT). The mode says what the job does:
 //
 //   process_check matrix             every collective x algorithm x op x type x size against
@@ -19,6 +20,7 @@
 // error was raised; 2 on wrong results. Every line a test looks for starts with "rank r:".
 
 #include <chorus/chorus.hpp>
+#include <chorus/transport/node.hpp>
 #include <chorus/transport/shm.hpp>
 #include <chorus/transport/tcp.hpp>
 
@@ -190,7 +192,7 @@ int run(Tp& tp, std::string const& mode, Arg const& arg) {
 }
 
 int main(int argc, char** argv) {
-    // process_check [--transport tcp|shm] MODE ARGS...
+    // process_check [--transport tcp|shm|node|node:K|node%K] MODE ARGS...
     std::string transport = "tcp";
     if (argc > 2 && std::string(argv[1]) == "--transport") {
         transport = argv[2];
@@ -208,6 +210,17 @@ int main(int argc, char** argv) {
 
         if (transport == "shm") {
             auto tp = chorus::shm_transport::from_env();
+            return run(tp, mode, arg);
+        }
+        if (transport.starts_with("node")) {
+            auto config = chorus::node_transport::config_from_env();
+            if (transport.size() > 5) {  // node:K or node%K: K nodes on this host
+                int const k = std::atoi(transport.c_str() + 5);
+                int const r = config.tcp.rank, p = config.tcp.size;
+                config.node = "node" + std::to_string(transport[4] == ':' ? r * k / p : r % k);
+            }
+            chorus::node_transport tp(std::move(config));
+            std::printf("rank %d: node %d of %d, %d ranks on it\n", tp.rank(), tp.node(), tp.nodes(), tp.local_size());
             return run(tp, mode, arg);
         }
         auto tp = chorus::tcp_transport::from_env();

@@ -88,6 +88,18 @@ inline choice choose_allreduce(rank_t p, std::size_t bytes, bool commutative) {
     return {ring::name, "large message: bandwidth-bound"};
 }
 
+// Over ranks in several nodes (node_transport), the hierarchical schedule keeps the bytes of
+// every phase but one inside the nodes (algorithm/hierarchical_allreduce.hpp); with one node,
+// or one rank per node, it would only add steps.
+template <class Transport>
+choice choose_allreduce_over(Transport& tp, std::size_t bytes, bool commutative) {
+    if constexpr (requires { tp.hierarchy().nodes(); }) {
+        rank_t const nodes = tp.hierarchy().nodes();
+        if (commutative && nodes > 1 && nodes < tp.size()) return {hierarchical::name, "ranks on several nodes, several on a node"};
+    }
+    return choose_allreduce(tp.size(), bytes, commutative);
+}
+
 // Broadcast: the binomial tree sends the whole vector ceil(log2 p) times along its critical
 // path, scatter + allgather about twice the vector in (log2 p + p - 1) messages
 // (algorithm/scatter_allgather_broadcast.hpp). For p = 2 the tree's one message is never

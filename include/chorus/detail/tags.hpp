@@ -70,6 +70,12 @@ inline constexpr tag_t sequence_mask = (tag_t{1} << 56) - 1;
 inline constexpr unsigned group_shift = 36;
 inline constexpr tag_t group_sequence_mask = (tag_t{1} << group_shift) - 1;
 inline constexpr std::uint64_t max_group_id = (std::uint64_t{1} << (56 - group_shift)) - 1;
+// The two highest numbers are node_transport's own views of its ranks (transport/node.hpp):
+// the ranks of one node, and the ranks of one local rank on every node (a rail). Groups of
+// different nodes (rails) share a number but no rank, as the groups of one split do.
+inline constexpr std::uint64_t node_local_group = max_group_id;
+inline constexpr std::uint64_t node_rail_group = max_group_id - 1;
+inline constexpr std::uint64_t max_user_group_id = max_group_id - 2;
 
 constexpr tag_t make_collective_tag(collective_kind k, std::uint64_t sequence) noexcept {
     return collective_tag_bit | (tag_t{static_cast<std::uint8_t>(k)} << 56) | (sequence & sequence_mask);

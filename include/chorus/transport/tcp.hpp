@@ -32,6 +32,10 @@
 
 namespace chorus {
 
+namespace detail {
+class node_mesh;
+}
+
 /// One rank of a TCP group. Move-only; one thread drives it (as with any transport).
 class tcp_transport {
 public:
@@ -92,6 +96,8 @@ public:
     }
 
 private:
+    friend class detail::node_mesh;  // joins this engine to a shared-memory one (transport/node.hpp)
+
     void leave() noexcept {
         if (engine_ && std::uncaught_exceptions() > unwinding_) {
             try {

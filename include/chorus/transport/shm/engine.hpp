@@ -49,6 +49,7 @@
 
 #include <sched.h>
 
+#include <chorus/detail/companion.hpp>
 #include <chorus/detail/matching.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -109,10 +110,14 @@ public:
     using op_ptr = std::shared_ptr<shm_op>;
 
     /// Collective over the ranks: `allgather(bytes)` returns every rank's `bytes` (same size on
-    /// every rank), by rank, over some other transport (the bootstrap).
+    /// every rank), by rank, over some other transport (the bootstrap). `members`: the ranks
+    /// this rank shares memory with (sorted, itself included; empty: all), for a group that
+    /// spans hosts (node_transport): only they get rings and segments, messages keep the
+    /// group's rank numbers, and the others are never sent to.
     template <class Allgather>
-    shm_engine(rank_t me, rank_t size, shm_config const& config, Allgather&& allgather)
-        : me_(me), timeout_(config.timeout), spin_(config.spin), layout_{config.ring_bytes, static_cast<std::size_t>(size)},
+    shm_engine(rank_t me, rank_t size, shm_config const& config, Allgather&& allgather, std::vector<rank_t> const& members = {})
+        : me_(me), timeout_(config.timeout), spin_(config.spin), slot_(slots_of(size, members)),
+          layout_{config.ring_bytes, static_cast<std::size_t>(std::ranges::count_if(slot_, [](std::int32_t x) { return x >= 0; }))},
           remote_bytes_(config.remote_bytes), part_bytes_(config.ring_bytes / 4), stopped_limit_(config.stopped_limit),
           blame_fd_(config.blame_fd), peers_(static_cast<std::size_t>(size)) {
         if (config.ring_bytes < 4096 || config.ring_bytes % 4096 != 0)
@@ -140,7 +145,7 @@ public:
     bool reads_remote(rank_t peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].remote_ok; }
 
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
-        check_peer(me_, peer, size());
+        check_member(peer);
         throw_if_failed();
         peer_state& s = peer_of(peer);
         // The common small message: written whole at once, nothing to wait for, no allocation.
@@ -160,7 +165,7 @@ public:
     }
 
     op_ptr irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) {
-        check_peer(me_, peer, size());
+        check_member(peer);
         throw_if_failed();
         auto op = make_op<shm_op>(false, peer, tag, bytes.size());
         op->in = bytes.data();
@@ -186,6 +191,7 @@ public:
             while (!op->done) {
                 progress();
                 if (op->done) break;
+                if (companion_ && idle.polls % 64 == 63) companion_->poke();
                 check_failed(*op);
                 if (!pause(*op, idle, deadline)) break;
             }
@@ -197,6 +203,7 @@ public:
     bool test(op_ptr const& op) {
         if (!op->done) {
             progress();
+            if (companion_ && !op->done) companion_->poke();
             if (!op->done) {
                 check_failed(*op);
                 if (!check_peers_due(std::chrono::steady_clock::now(), *op) || !op->done) return false;
@@ -224,6 +231,27 @@ public:
         op->fail(errc::aborted, "cancelled");
         abort(me_, abandoned_message(me_, op->is_send, op->tag, op->peer));
     }
+
+    /// The engine this one drives while it waits (detail/companion.hpp); null: none.
+    void set_companion(companion* c) noexcept { companion_ = c; }
+
+    /// One non-blocking round, for an engine this one is the companion of: messages moved,
+    /// peers' liveness checked (at most every 10 ms), a failure written by a peer adopted.
+    void drive() {
+        progress();
+        auto const now = std::chrono::steady_clock::now();
+        if (now - last_check_ >= std::chrono::milliseconds(10)) {
+            last_check_ = now;
+            check_processes();
+        }
+        if (!failure_.failed() && own_->failed_by.load(std::memory_order_acquire) >= 0) {
+            adopt_failure();
+            abort(failure_.blamed(), failure_.reason());
+        }
+    }
+
+    /// The group's failure as this rank knows it (failed() false: none yet).
+    group_failure const& failure() const noexcept { return failure_; }
 
     /// Fails the group on behalf of `blamed`, on every rank; the first reason each rank's
     /// header receives is kept.
@@ -304,12 +332,14 @@ private:
     template <class Allgather>
     void set_up(Allgather&& allgather) {
         auto const p = peers_.size();
+        if (slot_[static_cast<std::size_t>(me_)] < 0)
+            throw invalid_argument("shm_transport: rank " + std::to_string(me_) + " is not among the ranks it shares memory with");
         allow_remote_reads();
         unique_fd fd = create_segment(layout_.total(), "chorus-shm-rank-" + std::to_string(me_));
         own_map_ = mapping(fd.get(), layout_.total(), "this rank's segment");
         std::byte* const base = own_map_.base();
         own_ = std::construct_at(reinterpret_cast<rank_header*>(base));  // not placement new: nvcc looks for an aligned placement form that does not exist
-        for (std::size_t s = 0; s < p; ++s) std::construct_at(layout_.ring(base, s));
+        for (std::size_t s = 0; s < layout_.size; ++s) std::construct_at(layout_.ring(base, s));
 
         hello mine{};
         mine.pid = static_cast<std::int64_t>(::getpid());
@@ -326,11 +356,13 @@ private:
         };
         // Checked before any segment is opened: a pid on another host is some other process.
         for (std::size_t r = 0; r < p; ++r) {
+            if (slot_[r] < 0) continue;
             hello const h = hello_of(r);
             if (std::strncmp(h.host, mine.host, sizeof mine.host) != 0)
                 throw invalid_argument("shm_transport: ranks " + std::to_string(me_) + " and " + std::to_string(r) +
                                        " are not on one host (or not in one PID namespace); shared memory joins the "
-                                       "ranks of one host only: use tcp_transport");
+                                       "ranks of one host only: " +
+                                       (layout_.size == p ? "use tcp_transport" : "set CHORUS_NODE to tell their hosts apart"));
             if (h.ring_bytes != mine.ring_bytes)
                 throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has ring_bytes " +
                                        std::to_string(h.ring_bytes) + ", rank " + std::to_string(me_) + " " +
@@ -339,7 +371,8 @@ private:
 
         std::vector<std::byte> verdict(verdict_text + p);  // an error text, then whom we can read
         try {
-            for (std::size_t r = 0; r < p; ++r) connect_peer(static_cast<rank_t>(r), hello_of(r), verdict[verdict_text + r]);
+            for (std::size_t r = 0; r < p; ++r)
+                if (slot_[r] >= 0) connect_peer(static_cast<rank_t>(r), hello_of(r), verdict[verdict_text + r]);
         } catch (std::exception const& e) {
             std::string const what = e.what();
             std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict_text - 1));
@@ -369,10 +402,12 @@ private:
         }
         s.pid = h.pid;
         s.header = layout_.header(base);
-        s.out = layout_.ring(base, static_cast<std::size_t>(me_));
-        s.out_data = layout_.data(base, static_cast<std::size_t>(me_));
-        s.in = layout_.ring(own_map_.base(), u);
-        s.in_data = layout_.data(own_map_.base(), u);
+        auto const mine = static_cast<std::size_t>(slot_[static_cast<std::size_t>(me_)]);
+        auto const theirs = static_cast<std::size_t>(slot_[u]);
+        s.out = layout_.ring(base, mine);
+        s.out_data = layout_.data(base, mine);
+        s.in = layout_.ring(own_map_.base(), theirs);
+        s.in_data = layout_.data(own_map_.base(), theirs);
         std::uint64_t seen = 0;
         if (remote_bytes_ != 0 && read_remote(h.pid, &seen, h.probe, sizeof seen) == 0 && seen == probe_value)
             can_read = std::byte{1};
@@ -470,6 +505,7 @@ private:
 
     void progress() {
         for (auto& s : peers_) {
+            if (!s.header) continue;  // not a member
             drain(s);
             if (!s.sends.empty() || !s.acks.empty()) push_sends(s);
         }
@@ -653,6 +689,7 @@ private:
         }
         auto const now = std::chrono::steady_clock::now();
         if (now >= deadline) return false;
+        if (companion_) companion_->poke();
         if (now - idle.since < spin_) {
             ::sched_yield();  // a rank of this host that has work goes first
             return true;
@@ -664,7 +701,9 @@ private:
         std::uint32_t const seen = own_->doorbell.load(std::memory_order_relaxed);
         progress();
         if (!op.done && own_->failed_by.load(std::memory_order_relaxed) < 0)
-            futex_wait(own_->doorbell, seen, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(10)));
+            futex_wait(own_->doorbell, seen,
+                       std::min<std::chrono::nanoseconds>(deadline - now, companion_ ? std::chrono::nanoseconds(companion_slice)
+                                                                                       : std::chrono::milliseconds(10)));
         own_->sleeping.store(0, std::memory_order_relaxed);
         return true;
     }
@@ -688,18 +727,7 @@ private:
     // Whether a peer's process exited without leaving (it is blamed on every rank), and
     // whether the peer `op` waits for left the group (op fails, naming it).
     void check_peers(shm_op& op) {
-        for (auto& s : peers_) {
-            rank_t const r = sender_of(s);
-            if (r == me_ || s.exited) continue;
-            if (!process_exited(s.pidfd.get(), s.pid)) {
-                check_stopped(s, r);
-                continue;
-            }
-            s.exited = true;
-            if (s.header->left.load(std::memory_order_acquire) != 0) continue;
-            abort(r, "rank " + std::to_string(r) + "'s process (pid " + std::to_string(s.pid) +
-                         ") exited without leaving the group; rank " + std::to_string(me_) + " noticed");
-        }
+        check_processes();
         peer_state& s = peer_of(op.peer);
         // A rank that aborted and then left: its abort (written first) is what the group says.
         if (op.peer != me_ && s.header->left.load(std::memory_order_acquire) != 0 &&
@@ -714,6 +742,46 @@ private:
                 op.fail(errc::peer_failed, what);
             }
         }
+    }
+
+    // Whether a peer's process exited without leaving the group (it is blamed on every rank)
+    // or is stopped for too long.
+    void check_processes() {
+        for (auto& s : peers_) {
+            rank_t const r = sender_of(s);
+            if (r == me_ || s.exited || !s.header) continue;
+            if (!process_exited(s.pidfd.get(), s.pid)) {
+                check_stopped(s, r);
+                continue;
+            }
+            s.exited = true;
+            if (s.header->left.load(std::memory_order_acquire) != 0) continue;
+            abort(r, "rank " + std::to_string(r) + "'s process (pid " + std::to_string(s.pid) +
+                         ") exited without leaving the group; rank " + std::to_string(me_) + " noticed");
+        }
+    }
+
+    void check_member(rank_t peer) const {
+        check_peer(me_, peer, size());
+        if (!peers_[static_cast<std::size_t>(peer)].header)
+            throw invalid_argument("shm_transport: rank " + std::to_string(me_) + " shares no memory with rank " +
+                                   std::to_string(peer) + " (another host)");
+    }
+
+    static std::vector<std::int32_t> slots_of(rank_t size, std::vector<rank_t> const& members) {
+        std::vector<std::int32_t> slot(static_cast<std::size_t>(size), -1);
+        if (members.empty()) {
+            for (std::size_t r = 0; r < slot.size(); ++r) slot[r] = static_cast<std::int32_t>(r);
+            return slot;
+        }
+        std::int32_t next = 0;
+        for (rank_t m : members) {
+            if (m < 0 || m >= size)
+                throw invalid_argument("shm_transport: member rank " + std::to_string(m) + " is not a rank of a group of " + std::to_string(size));
+            if (slot[static_cast<std::size_t>(m)] >= 0) throw invalid_argument("shm_transport: rank " + std::to_string(m) + " is a member twice");
+            slot[static_cast<std::size_t>(m)] = next++;
+        }
+        return slot;
     }
 
     // A peer stopped for stopped_limit is blamed: it holds up the group as surely as a dead one.
@@ -734,7 +802,9 @@ private:
     rank_t me_;
     std::chrono::milliseconds timeout_;
     std::chrono::microseconds spin_;
+    std::vector<std::int32_t> slot_;  // by rank: its ring in every member's segment, or -1 (not a member)
     layout layout_;
+    companion* companion_ = nullptr;
     std::size_t remote_bytes_;
     std::size_t part_bytes_;
     std::chrono::milliseconds stopped_limit_;

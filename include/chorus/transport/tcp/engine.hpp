@@ -82,6 +82,7 @@
 #include <sys/ioctl.h>
 #include <unistd.h>          // sysconf: the default CHORUS_MAX_MESSAGE_BYTES
 
+#include <chorus/detail/companion.hpp>
 #include <chorus/detail/matching.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
@@ -212,6 +213,7 @@ public:
         if (!op->done && !failure_.failed()) {
             poll_once(0);
             check_liveness(clock::now());
+            if (companion_ && !op->done) companion_->poke();
         }
         fail_if_pending();
         if (!op->done && !failure_.failed()) return false;
@@ -227,6 +229,21 @@ public:
     }
 
     void abort(std::string const& reason) noexcept override { fail_group(me_, reason); }
+
+    void set_companion(companion* c) noexcept override { companion_ = c; }
+    void drive() override {
+        fail_if_pending();
+        if (failure_.failed()) return;
+        poll_once(0);
+        check_liveness(clock::now());
+    }
+    bool failure(rank_t& blamed, std::string& reason) const override {
+        if (!failure_.failed()) return false;
+        blamed = failure_.blamed();
+        reason = failure_.reason();
+        return true;
+    }
+    void fail(rank_t blamed, std::string const& reason) noexcept override { fail_group(blamed, reason); }
 
 private:
     using clock = std::chrono::steady_clock;
@@ -552,11 +569,14 @@ private:
             check_liveness(now);
             if (now < spin_until) {
                 poll_once(0);
+                if (companion_) companion_->poke();
                 ::sched_yield();  // a rank of this host that is runnable on our core goes first
             } else {
-                auto wake = deadline;  // the deadline, or the next liveness check
+                auto wake = deadline;  // the deadline, the next liveness check, the companion's turn
                 if (beating() && !failure_.failed()) wake = std::min(wake, std::max(next_check_, now));
+                if (companion_) wake = std::min(wake, now + companion_slice);
                 poll_once(std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now).count());
+                if (companion_) companion_->poke();
             }
         }
     }
@@ -681,6 +701,7 @@ private:
     std::vector<pollfd> fds_;      // poll_once's scratch, kept to avoid an allocation per wait
     std::vector<tcp_peer*> ready_;
     group_failure failure_;
+    companion* companion_ = nullptr;
     clock::time_point failed_at_{};
     bool told_ = false;  // the peers got an abort frame from us (else shutdown tells them)
     std::optional<std::pair<rank_t, std::string>> pending_;  // a failure found inside a read

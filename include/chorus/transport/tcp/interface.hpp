@@ -22,6 +22,7 @@
 namespace chorus::detail {
 
 struct tcp_op;
+class companion;
 
 /// What tcp_transport asks of its engine (tcp/engine.hpp). An interface, so that the engine,
 /// which needs Asio, can be compiled once: a virtual call costs nothing next to a system call.
@@ -35,6 +36,16 @@ public:
     virtual bool test(std::shared_ptr<tcp_op> const& op) = 0;
     virtual void cancel(std::shared_ptr<tcp_op> const& op) noexcept = 0;
     virtual void abort(std::string const& reason) noexcept = 0;
+
+    // For node_transport, which joins this engine to a shared-memory one (detail/companion.hpp).
+    /// The engine this one drives while it waits; null: none.
+    virtual void set_companion(companion* c) noexcept = 0;
+    /// One non-blocking round: every connection read and written, liveness checked.
+    virtual void drive() = 0;
+    /// Whether the group failed; if so, whom it blames and why.
+    virtual bool failure(rank_t& blamed, std::string& reason) const = 0;
+    /// Fails the group blaming `blamed`, told to every peer (a failure another engine found).
+    virtual void fail(rank_t blamed, std::string const& reason) noexcept = 0;
 };
 
 /// The rendezvous, then the engine over the mesh it formed (tcp_impl.hpp).
