@@ -339,6 +339,7 @@ private:
             add.template operator()<chorus::rabenseifner>("rabenseifner");
             add.template operator()<chorus::recursive_doubling>("recursive_doubling");
             add.template operator()<chorus::tree>("tree");
+            add.template operator()<chorus::hierarchical>("hierarchical");
         } else if (name == "reduce_scatter") {
             auto add = [&]<class Algo>(std::string algo) {
                 list.emplace_back(algo, [this, s, me, p, opname] {

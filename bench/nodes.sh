@@ -46,7 +46,7 @@ one() {  # TRANSPORT: one job, 2 hosts x 2 ranks; rank 0's rows on stdout
     rm -f /tmp/nodes-bench-$id.*
 }
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(nproc) cpus, chorus $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
-for round in 1 2; do
+for round in $(seq "${ROUNDS:-2}"); do
     echo "# round $round: tcp_transport"
     one tcp
     echo "# round $round: node_transport"

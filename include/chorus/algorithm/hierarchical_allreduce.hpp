@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/config.hpp>
 #include <chorus/collectives.hpp>  // its phases are collectives (collectives.hpp includes this header at its end)
 #include <chorus/detail/schedule.hpp>
 #include <chorus/fwd.hpp>
@@ -53,7 +54,7 @@ template <class Op>
 struct unfinalized {
     Op op;
     template <class T>
-    constexpr T operator()(T const& a, T const& b) const {
+    CHORUS_HOST_DEVICE constexpr T operator()(T const& a, T const& b) const {
         return op(a, b);
     }
 };

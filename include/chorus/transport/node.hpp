@@ -215,6 +215,7 @@ private:
             core->world_.engine_->drive();
             core->spread();
         }
+        bool busy() const noexcept override { return core->world_.engine_->busy(); }
         node_mesh* core;
     };
     struct shm_side final : companion {
@@ -223,6 +224,7 @@ private:
             core->shm_->drive();
             core->spread();
         }
+        bool busy() const noexcept override { return core->shm_->busy(); }
         node_mesh* core;
     };
 

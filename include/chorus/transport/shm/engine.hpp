@@ -250,6 +250,13 @@ public:
         }
     }
 
+    /// Whether a send is not wholly written (or not yet acknowledged) or a receive is posted.
+    bool busy() const noexcept {
+        for (auto const& s : peers_)
+            if (!s.sends.empty() || !s.acks.empty() || !s.awaiting.empty() || s.queue.has_receives()) return true;
+        return false;
+    }
+
     /// The group's failure as this rank knows it (failed() false: none yet).
     group_failure const& failure() const noexcept { return failure_; }
 
@@ -702,8 +709,7 @@ private:
         progress();
         if (!op.done && own_->failed_by.load(std::memory_order_relaxed) < 0)
             futex_wait(own_->doorbell, seen,
-                       std::min<std::chrono::nanoseconds>(deadline - now, companion_ ? std::chrono::nanoseconds(companion_slice)
-                                                                                       : std::chrono::milliseconds(10)));
+                       companion_sleep(companion_, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(10))));
         own_->sleeping.store(0, std::memory_order_relaxed);
         return true;
     }

@@ -237,6 +237,13 @@ public:
         poll_once(0);
         check_liveness(clock::now());
     }
+    bool busy() const noexcept override {
+        for (auto const& p : peers_)
+            if (p && !p->out.empty()) return true;
+        for (auto const& q : queues_)
+            if (q.has_receives()) return true;
+        return false;
+    }
     bool failure(rank_t& blamed, std::string& reason) const override {
         if (!failure_.failed()) return false;
         blamed = failure_.blamed();
@@ -574,7 +581,7 @@ private:
             } else {
                 auto wake = deadline;  // the deadline, the next liveness check, the companion's turn
                 if (beating() && !failure_.failed()) wake = std::min(wake, std::max(next_check_, now));
-                if (companion_) wake = std::min(wake, now + companion_slice);
+                wake = now + companion_sleep(companion_, wake - now);
                 poll_once(std::chrono::duration_cast<std::chrono::nanoseconds>(wake - now).count());
                 if (companion_) companion_->poke();
             }

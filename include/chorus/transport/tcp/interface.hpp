@@ -42,6 +42,8 @@ public:
     virtual void set_companion(companion* c) noexcept = 0;
     /// One non-blocking round: every connection read and written, liveness checked.
     virtual void drive() = 0;
+    /// Whether a send is not wholly written or a receive is posted.
+    virtual bool busy() const noexcept = 0;
     /// Whether the group failed; if so, whom it blames and why.
     virtual bool failure(rank_t& blamed, std::string& reason) const = 0;
     /// Fails the group blaming `blamed`, told to every peer (a failure another engine found).
