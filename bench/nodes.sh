@@ -36,7 +36,7 @@ export CHORUS_JOB_TOKEN=nodes-bench-$id
 one() {  # TRANSPORT: one job, 2 hosts x 2 ranks; rank 0's rows on stdout
     local pids=() i
     for i in 0 1; do
-        ip netns exec "$(ns "$i")" unshare --uts sh -c 'hostname "$0" && exec "$@"' "bench-host$i" \
+        ip netns exec "$(ns "$i")" unshare --uts sh -c 'echo "$0" >/proc/sys/kernel/hostname && exec "$@"' "bench-host$i" \
             "$run" --nnodes 2 --node-rank "$i" -n 2 --master-addr 192.0.2.10 --master-port 29511 \
             "$bench" --transport "$1" "${args[@]}" >"/tmp/nodes-bench-$id.$i" 2>&1 &
         pids+=($!)

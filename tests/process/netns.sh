@@ -74,7 +74,7 @@ job() {
     local start end pids=() rc i bad=0 nh=${job_hosts:-$hosts} wrap=()
     start=$(date +%s%3N)
     for i in $(seq 0 $((nh - 1))); do
-        [ -n "${job_ranks:-}" ] && wrap=(unshare --uts sh -c 'hostname "$0" && exec "$@"' "chorus-host$i")
+        [ -n "${job_ranks:-}" ] && wrap=(unshare --uts sh -c 'echo "$0" >/proc/sys/kernel/hostname && exec "$@"' "chorus-host$i")
         ip netns exec "$(ns "$i")" "${wrap[@]}" env "${envs[@]}" "$run" --nnodes "$nh" --node-rank "$i" -n "${job_ranks:-1}" \
             --master-addr "$master" --master-port 29500 --timeout-ms 60000 "$@" >"$tmp/$name.$i.out" 2>"$tmp/$name.$i.err" &
         pids+=($!)
