@@ -114,7 +114,7 @@ public:
         auto const p = static_cast<std::size_t>(world_.size());
         // Node names, by rank: the nodes in the order of their first ranks.
         if (node.empty()) node = host_name();
-        std::array<char, 64> mine{};
+        std::array<char, 256> mine{};  // a hostname has at most 64 bytes, CHORUS_NODE more
         std::memcpy(mine.data(), node.data(), std::min(node.size(), mine.size() - 1));
         std::vector<char> names(mine.size() * p);
         chorus::allgather(world_, std::span<char const>(mine), names);
@@ -156,6 +156,7 @@ public:
     node_mesh(node_mesh const&) = delete;
     node_mesh& operator=(node_mesh const&) = delete;
     ~node_mesh() {
+        spread();  // a failure only one engine knew of (a cancelled request) goes out as an abort on both
         if (world_.engine_) world_.engine_->set_companion(nullptr);
         if (shm_) shm_->set_companion(nullptr);
     }
@@ -212,7 +213,13 @@ private:
     struct tcp_side final : companion {
         explicit tcp_side(node_mesh* c) noexcept : core(c) {}
         void poke() override {
-            core->world_.engine_->drive();
+            try {
+                core->world_.engine_->drive();
+            } catch (std::exception const& e) {  // fails its own engine, not the loop of the other
+                core->world_.engine_->fail(core->me_, e.what());
+            } catch (...) {
+                core->world_.engine_->fail(core->me_, "the TCP engine failed");
+            }
             core->spread();
         }
         bool busy() const noexcept override { return core->world_.engine_->busy(); }
@@ -221,7 +228,13 @@ private:
     struct shm_side final : companion {
         explicit shm_side(node_mesh* c) noexcept : core(c) {}
         void poke() override {
-            core->shm_->drive();
+            try {
+                core->shm_->drive();
+            } catch (std::exception const& e) {  // fails its own engine, not the loop of the other
+                core->shm_->abort(core->me_, e.what());
+            } catch (...) {
+                core->shm_->abort(core->me_, "the shared-memory engine failed");
+            }
             core->spread();
         }
         bool busy() const noexcept override { return core->shm_->busy(); }

@@ -250,10 +250,15 @@ public:
         }
     }
 
-    /// Whether a send is not wholly written (or not yet acknowledged) or a receive is posted.
+    /// Whether a message is on its way: a send not wholly written (or not acknowledged), a
+    /// receive posted or half filled, records unread in a ring.
     bool busy() const noexcept {
-        for (auto const& s : peers_)
-            if (!s.sends.empty() || !s.acks.empty() || !s.awaiting.empty() || s.queue.has_receives()) return true;
+        for (auto const& s : peers_) {
+            if (!s.header) continue;
+            if (!s.sends.empty() || !s.acks.empty() || !s.awaiting.empty() || s.queue.has_receives() || s.into ||
+                s.into_unexpected || s.discard != 0 || s.in->head.load(std::memory_order_relaxed) != s.in_tail)
+                return true;
+        }
         return false;
     }
 
@@ -361,7 +366,44 @@ private:
             std::memcpy(&h, hellos.data() + r * sizeof(hello), sizeof h);
             return h;
         };
-        // Checked before any segment is opened: a pid on another host is some other process.
+        // Whether every rank could join, agreed before anyone goes on: a rank that cannot (its
+        // peers on another host, a segment it cannot open) says why, and every rank throws
+        // that, of the kind it was (a configuration error or a failed connection) — also the
+        // ranks of other nodes, whose own members were fine.
+        std::vector<std::byte> verdict(verdict_text + p + 1);  // an error text, whom we can read, the error's kind
+        std::byte& misconfigured = verdict[verdict_text + p];
+        auto const note = [&](std::exception const& e) {
+            std::string const what = e.what();
+            std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict_text - 1));
+        };
+        try {
+            check_members(hello_of, mine);  // before any segment is opened: a pid on another host is some other process
+            for (std::size_t r = 0; r < p; ++r)
+                if (slot_[r] >= 0) connect_peer(static_cast<rank_t>(r), hello_of(r), verdict[verdict_text + r]);
+        } catch (invalid_argument const& e) {
+            note(e);
+            misconfigured = std::byte{1};
+        } catch (std::exception const& e) {
+            note(e);
+        }
+        std::vector<std::byte> const verdicts = allgather(std::span<std::byte const>(verdict));
+        for (std::size_t r = 0; r < p; ++r) {
+            auto const* v = verdicts.data() + r * verdict.size();
+            if (v[0] != std::byte{0}) {
+                std::string const why(reinterpret_cast<char const*>(v), strnlen(reinterpret_cast<char const*>(v), verdict_text));
+                if (v[verdict_text + p] != std::byte{0}) throw invalid_argument(why);
+                throw transport_error(errc::connection_failed, static_cast<rank_t>(r),
+                                      "shm_transport: rank " + std::to_string(r) + " could not join: " + why);
+            }
+            peers_[r].remote_ok = v[verdict_text + static_cast<std::size_t>(me_)] != std::byte{0};
+        }
+        // fd closes here: every rank mapped the segment, no name is left anywhere.
+    }
+
+    // Every member on this host, with the same ring size.
+    template <class HelloOf>
+    void check_members(HelloOf const& hello_of, hello const& mine) const {
+        auto const p = peers_.size();
         for (std::size_t r = 0; r < p; ++r) {
             if (slot_[r] < 0) continue;
             hello const h = hello_of(r);
@@ -375,25 +417,6 @@ private:
                                        std::to_string(h.ring_bytes) + ", rank " + std::to_string(me_) + " " +
                                        std::to_string(mine.ring_bytes) + " (CHORUS_SHM_RING_BYTES must agree)");
         }
-
-        std::vector<std::byte> verdict(verdict_text + p);  // an error text, then whom we can read
-        try {
-            for (std::size_t r = 0; r < p; ++r)
-                if (slot_[r] >= 0) connect_peer(static_cast<rank_t>(r), hello_of(r), verdict[verdict_text + r]);
-        } catch (std::exception const& e) {
-            std::string const what = e.what();
-            std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict_text - 1));
-        }
-        std::vector<std::byte> const verdicts = allgather(std::span<std::byte const>(verdict));
-        for (std::size_t r = 0; r < p; ++r) {
-            auto const* v = verdicts.data() + r * verdict.size();
-            if (v[0] != std::byte{0})
-                throw transport_error(errc::connection_failed, static_cast<rank_t>(r),
-                                      "shm_transport: rank " + std::to_string(r) + " could not join: " +
-                                          std::string(reinterpret_cast<char const*>(v), strnlen(reinterpret_cast<char const*>(v), verdict_text)));
-            peers_[r].remote_ok = v[verdict_text + static_cast<std::size_t>(me_)] != std::byte{0};
-        }
-        // fd closes here: every rank mapped the segment, no name is left anywhere.
     }
 
     void connect_peer(rank_t r, hello const& h, std::byte& can_read) {

@@ -236,10 +236,11 @@ public:
         if (failure_.failed()) return;
         poll_once(0);
         check_liveness(clock::now());
+        fail_if_pending();  // what this round found, for the owner to spread now
     }
     bool busy() const noexcept override {
         for (auto const& p : peers_)
-            if (p && !p->out.empty()) return true;
+            if (p && (!p->out.empty() || p->in_frame)) return true;
         for (auto const& q : queues_)
             if (q.has_receives()) return true;
         return false;
