@@ -99,21 +99,28 @@ job() {
     return 0
 }
 
+# count_tcp_in HOST TABLE IFACE: host HOST counts the TCP packets it receives on IFACE, in an
+# nftables table of that name; packets HOST TABLE: the count of such a table.
+count_tcp_in() {
+    ip netns exec "$(ns "$1")" nft -f - <<EOF || { echo "FAIL: nft"; exit 1; }
+table inet $2 {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        iifname "$3" meta l4proto tcp counter
+    }
+}
+EOF
+}
+packets() { ip netns exec "$(ns "$1")" nft list table inet "$2" | sed -n 's/.*counter packets \([0-9]*\).*/\1/p'; }
+
 for e in "${examples[@]}"; do
     show=1 job "example-$(basename "$e")" 192.0.2.10 -- "$e"
 done
 # The rendezvous goes to host 0 over eth0, but every rank advertises its eth1 address, so
 # the mesh (all the data) must cross the second network: host 0 counts TCP packets on eth1.
-ip netns exec "$(ns 0)" nft -f - <<'EOF' || { echo "FAIL: nft"; exit 1; }
-table inet chorus_ifname {
-    chain input {
-        type filter hook input priority 0; policy accept;
-        iifname "eth1" meta l4proto tcp counter
-    }
-}
-EOF
+count_tcp_in 0 chorus_ifname eth1
 job stress-ipv4-ifname-eth1 192.0.2.10 CHORUS_SOCKET_IFNAME=eth1 -- "$check" stress 2024 30
-eth1=$(ip netns exec "$(ns 0)" nft list table inet chorus_ifname | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+eth1=$(packets 0 chorus_ifname)
 echo "host 0 received ${eth1:-0} TCP packets on eth1 (the CHORUS_SOCKET_IFNAME network)"
 [ "${eth1:-0}" -gt 100 ] || { echo "FAIL: the mesh did not use eth1"; failures=$((failures + 1)); }
 job stress-ipv6 fd00::10 -- "$check" stress 2025 30
@@ -133,7 +140,7 @@ done
 job stress-ipv4-5pct-loss 192.0.2.10 -- "$check" stress 2026 40
 dropped=0
 for i in $(seq 0 $((hosts - 1))); do
-    d=$(ip netns exec "$(ns "$i")" nft list table inet chorus_loss | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+    d=$(packets "$i" chorus_loss)
     dropped=$((dropped + ${d:-0}))
 done
 echo "nftables dropped $dropped TCP packets during the lossy run"
@@ -185,14 +192,7 @@ fi
 # inside a host, TCP between the hosts, the hierarchical allreduce. The whole matrix, the stress
 # run and the seed's allreduce program; host 1's TCP packets are counted, so a job that kept its
 # hosts' traffic in one place (every rank on one node) fails.
-ip netns exec "$(ns 1)" nft -f - <<'EOF' || { echo "FAIL: nft"; exit 1; }
-table inet chorus_nodes {
-    chain input {
-        type filter hook input priority 0; policy accept;
-        iifname "eth0" meta l4proto tcp counter
-    }
-}
-EOF
+count_tcp_in 1 chorus_nodes eth0
 job_hosts=2 job_ranks=2 job nodes-matrix 192.0.2.10 -- "$check" --transport node matrix
 for i in 0 1; do
     grep -q "rank $((2 * i + 1)): node $i of 2, 2 ranks on it" "$tmp/nodes-matrix.$i.out" 2>/dev/null ||
@@ -202,7 +202,7 @@ job_hosts=2 job_ranks=2 job nodes-stress 192.0.2.10 -- "$check" --transport node
 for e in "${examples[@]}"; do
     case $e in *all_reduce*) job_hosts=2 job_ranks=2 show=1 job "nodes-example-$(basename "$e")" 192.0.2.10 CHORUS_TRANSPORT=node -- "$e" ;; esac
 done
-between=$(ip netns exec "$(ns 1)" nft list table inet chorus_nodes | sed -n 's/.*counter packets \([0-9]*\).*/\1/p')
+between=$(packets 1 chorus_nodes)
 echo "host 1 received ${between:-0} TCP packets from the other host during the node_transport jobs"
 [ "${between:-0}" -gt 2000 ] || { echo "FAIL: the hosts did not talk over TCP"; failures=$((failures + 1)); }
 
