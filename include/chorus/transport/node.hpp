@@ -34,7 +34,6 @@
 #include <cstring>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <utility>
