@@ -18,6 +18,10 @@
 //   --iter-scale S                scales that default (at least 1 warm-up, 3 timed), as
 //                                 PEERS_ITER_SCALE does for the peers
 //   --csv | --json                output format (default: a table)
+//   --spread                      adds min_us and p90_us columns (fastest and 90th percentile
+//                                 iteration), as PEERS_SPREAD=1 does for the peers
+//   --stats                       (tcp) prints, per row and rank on stderr, what the socket
+//                                 engine did per timed iteration (chorus::tcp_stats)
 //   --transport tcp|shm|node|auto tcp_transport (default), shm_transport (one host) or
 //                                 node_transport (shared memory inside a host, TCP between;
 //                                 `auto` is node: one host makes it all shared memory); float
@@ -94,6 +98,7 @@ struct options {
     std::string transport = "tcp";
     int warmup = -1, iters = -1;
     double iter_scale = 1.0;
+    bool spread = false, stats = false;
     enum { table, csv, json } format = table;
 };
 
@@ -128,6 +133,8 @@ options parse(int argc, char** argv) {
             else if (a == "-w") o.warmup = std::stoi(value());
             else if (a == "-n") o.iters = std::stoi(value());
             else if (a == "--iter-scale") o.iter_scale = std::stod(value());
+            else if (a == "--spread") o.spread = true;
+            else if (a == "--stats") o.stats = true;
             else if (a == "--csv") o.format = options::csv;
             else if (a == "--json") o.format = options::json;
             else usage(("unknown option " + a).c_str());
@@ -220,6 +227,42 @@ struct row {
     std::size_t bytes, count;
     double time_us, algbw, busbw;
     double wrong;
+    double min_us, p90_us;  // --spread
+};
+
+// --stats: what this rank's TCP engine did per timed iteration (barrier and collective
+// together), one line on stderr per row and rank. Only tcp_transport counts.
+template <class Tp>
+class socket_counters {
+public:
+    socket_counters(Tp& tp, bool on) : tp_(tp), on_(on) {}
+    void start() {
+        if constexpr (std::is_same_v<Tp, chorus::tcp_transport>)
+            if (on_) first_ = tp_.stats();
+    }
+    void stop(std::string_view op, std::string const& algo, std::size_t bytes, int iterations) const {
+        if constexpr (std::is_same_v<Tp, chorus::tcp_transport>) {
+            if (!on_) return;
+            chorus::tcp_stats const b = tp_.stats(), &a = first_;
+            double const n = iterations;
+            auto per = [n](std::uint64_t hi, std::uint64_t lo) { return static_cast<double>(hi - lo) / n; };
+            std::fprintf(stderr,
+                         "# stats %s %s %zu rank %d, per iteration: sent %.0f B in %.1f sendmsg (%.1f full), received "
+                         "%.0f B in %.1f recv (%.1f empty), payload direct %.0f staged %.0f unexpected %.0f B, "
+                         "%.1f polls, %.1f sleeps (%.0f us), %.1f yields\n",
+                         std::string(op).c_str(), algo.c_str(), bytes, tp_.rank(), per(b.bytes_sent, a.bytes_sent),
+                         per(b.send_calls, a.send_calls), per(b.send_full, a.send_full), per(b.bytes_received, a.bytes_received),
+                         per(b.recv_calls, a.recv_calls), per(b.recv_empty, a.recv_empty), per(b.bytes_direct, a.bytes_direct),
+                         per(b.bytes_staged, a.bytes_staged), per(b.bytes_unexpected, a.bytes_unexpected),
+                         per(b.polls, a.polls), per(b.sleeps, a.sleeps), per(b.slept_ns, a.slept_ns) / 1e3,
+                         per(b.yields, a.yields));
+        }
+    }
+
+private:
+    Tp& tp_;
+    bool on_;
+    [[maybe_unused]] chorus::tcp_stats first_{};
 };
 
 struct iteration_counts {
@@ -257,7 +300,9 @@ row measure(Tp& tp, options const& o, collective_info const& c, std::string cons
     auto const its = iterations(o, bytes);
     std::vector<double> times(static_cast<std::size_t>(its.timed));
     double wrong = 0;
+    socket_counters counters(tp, o.stats);
     for (int it = 0; it < its.warmup + its.timed; ++it) {
+        if (it == its.warmup) counters.start();
         bc.prepare(it);
         chorus::barrier(tp);
         auto const t0 = std::chrono::steady_clock::now();
@@ -267,15 +312,18 @@ row measure(Tp& tp, options const& o, collective_info const& c, std::string cons
         if (it >= its.warmup)
             times[static_cast<std::size_t>(it - its.warmup)] = std::chrono::duration<double, std::micro>(t1 - t0).count();
     }
+    counters.stop(c.name, algo, bytes, its.timed);
     chorus::allreduce(tp, times, chorus::maximum{});
     std::vector<double> w{wrong};
     chorus::allreduce(tp, w, chorus::sum{});
     double const t = median(times);
+    std::ranges::sort(times);
+    double const fastest = times.front(), p90 = times[std::min(times.size() - 1, times.size() * 9 / 10)];
     double const algbw = t > 0 && bytes > 0 ? static_cast<double>(bytes) / (t * 1e3) : 0.0;
     std::string const label = std::is_same_v<Tp, chorus::shm_transport>    ? "shm:" + algo
                               : std::is_same_v<Tp, chorus::node_transport> ? "node:" + algo
                                                                            : algo;
-    return {std::string(c.name), label, tp.size(), bytes, s.count, t, algbw, algbw * c.busbw_factor(tp.size()), w[0]};
+    return {std::string(c.name), label, tp.size(), bytes, s.count, t, algbw, algbw * c.busbw_factor(tp.size()), w[0], fastest, p90};
 }
 
 // ---- the collectives, per element type and reduce op ----------------------------------------
@@ -456,20 +504,26 @@ private:
 void print(options const& o, std::vector<row> const& rows, bool header) {
     for (auto const& r : rows) {
         if (o.format == options::csv) {
-            if (header) std::printf("op,algo,ranks,bytes,count,time_us,algbw_GBps,busbw_GBps,wrong\n");
-            std::printf("%s,%s,%d,%zu,%zu,%.2f,%.4f,%.4f,%.0f\n", r.op.c_str(), r.algo.c_str(), r.ranks, r.bytes, r.count,
+            if (header) std::printf("op,algo,ranks,bytes,count,time_us,algbw_GBps,busbw_GBps,wrong%s\n", o.spread ? ",min_us,p90_us" : "");
+            std::printf("%s,%s,%d,%zu,%zu,%.2f,%.4f,%.4f,%.0f", r.op.c_str(), r.algo.c_str(), r.ranks, r.bytes, r.count,
                         r.time_us, r.algbw, r.busbw, r.wrong);
+            if (o.spread) std::printf(",%.2f,%.2f", r.min_us, r.p90_us);
+            std::printf("\n");
         } else if (o.format == options::json) {
             std::printf("%s{\"op\":\"%s\",\"algo\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,\"time_us\":%.2f,"
-                        "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"wrong\":%.0f}\n",
+                        "\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"wrong\":%.0f",
                         header ? "[" : ",", r.op.c_str(), r.algo.c_str(), r.ranks, r.bytes, r.count, r.time_us, r.algbw,
                         r.busbw, r.wrong);
+            if (o.spread) std::printf(",\"min_us\":%.2f,\"p90_us\":%.2f", r.min_us, r.p90_us);
+            std::printf("}\n");
         } else {
             if (header)
-                std::printf("# %-14s %-18s %5s %12s %10s %12s %11s %11s %8s\n", "op", "algo", "ranks", "bytes", "count",
-                            "time_us", "algbw_GBps", "busbw_GBps", "wrong");
-            std::printf("%-16s %-18s %5d %12zu %10zu %12.2f %11.4f %11.4f %8.0f\n", r.op.c_str(), r.algo.c_str(), r.ranks,
+                std::printf("# %-14s %-18s %5s %12s %10s %12s %11s %11s %8s%s\n", "op", "algo", "ranks", "bytes", "count",
+                            "time_us", "algbw_GBps", "busbw_GBps", "wrong", o.spread ? "       min_us       p90_us" : "");
+            std::printf("%-16s %-18s %5d %12zu %10zu %12.2f %11.4f %11.4f %8.0f", r.op.c_str(), r.algo.c_str(), r.ranks,
                         r.bytes, r.count, r.time_us, r.algbw, r.busbw, r.wrong);
+            if (o.spread) std::printf(" %12.2f %12.2f", r.min_us, r.p90_us);
+            std::printf("\n");
         }
         header = false;
         std::fflush(stdout);

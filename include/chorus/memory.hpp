@@ -15,6 +15,10 @@
 #include <type_traits>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/mman.h>  // madvise: huge pages for large scratch
+#endif
+
 #include <chorus/config.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/reduce/traits.hpp>
@@ -75,7 +79,9 @@ void reduce_aliased(T* out, T const* a, T const* b, std::size_t n, Op const& op)
 // glibc gives back to the kernel when it grows free, so they churn pages too — a hierarchical
 // allreduce of 256 KiB (a block buffer, and the scratch of the three collectives inside it)
 // took 2.5 ms instead of 0.37 ms with 256 KiB as the limit. Eight blocks: nested collectives
-// hold several at once.
+// hold several at once. Blocks of 2 MiB and more are asked to be transparent huge pages
+// (madvise; the default "madvise" mode of most distributions honours nothing else): on that VM
+// a 4 KiB page faults in for 11 us, a 2 MiB one for 0.5 ms, 45x less per byte.
 class scratch_cache {
 public:
     static constexpr std::size_t min_bytes = std::size_t{16} << 10;
@@ -98,15 +104,19 @@ public:
             }
         }
         capacity = bytes;
-        return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{64}));
+        auto* const data = static_cast<std::byte*>(::operator new(bytes, alignment(bytes)));
+#if defined(__linux__)
+        if (bytes >= huge_page) ::madvise(data, bytes / huge_page * huge_page, MADV_HUGEPAGE);  // advice: may be refused
+#endif
+        return data;
     }
 
     static void give(std::byte* data, std::size_t capacity) noexcept {
         if (!data) return;
-        if (capacity < min_bytes || capacity > max_bytes) return release(data);
+        if (capacity < min_bytes || capacity > max_bytes) return release(data, capacity);
         auto& c = instance();
         while (c.count_ == max_blocks || (c.count_ != 0 && c.total_ + capacity > max_bytes)) {
-            release(c.blocks_[0].data);
+            release(c.blocks_[0].data, c.blocks_[0].bytes);
             c.erase(0);
         }
         c.blocks_[c.count_++] = {data, capacity};
@@ -117,7 +127,7 @@ public:
     scratch_cache(scratch_cache const&) = delete;
     scratch_cache& operator=(scratch_cache const&) = delete;
     ~scratch_cache() {
-        for (std::size_t i = 0; i < count_; ++i) release(blocks_[i].data);
+        for (std::size_t i = 0; i < count_; ++i) release(blocks_[i].data, blocks_[i].bytes);
     }
 
 private:
@@ -129,7 +139,11 @@ private:
         thread_local scratch_cache c;
         return c;
     }
-    static void release(std::byte* data) noexcept { ::operator delete(data, std::align_val_t{64}); }
+    static constexpr std::size_t huge_page = std::size_t{2} << 20;
+    static std::align_val_t alignment(std::size_t bytes) noexcept {
+        return std::align_val_t{bytes >= huge_page ? huge_page : 64};
+    }
+    static void release(std::byte* data, std::size_t capacity) noexcept { ::operator delete(data, alignment(capacity)); }
     void erase(std::size_t i) noexcept {
         total_ -= blocks_[i].bytes;
         for (std::size_t j = i + 1; j < count_; ++j) blocks_[j - 1] = blocks_[j];

@@ -11,6 +11,7 @@
 #include <chorus/transport/shm.hpp>
 #include <chorus/transport/staged.hpp>
 #include <chorus/transport/tcp.hpp>
+#include <chorus/transport/tcp/net.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <future>
@@ -31,6 +33,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -150,7 +153,7 @@ char const* const launcher_variables[] = {
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
     "CHORUS_BLAME_FD", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_HEARTBEAT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE", "CHORUS_MAX_MESSAGE_BYTES",
-    "CHORUS_MASTER_FD"};
+    "CHORUS_MASTER_FD", "CHORUS_TCP_CONGESTION"};
 
 void unset_launcher_env() {
     for (char const* v : launcher_variables) ::unsetenv(v);
@@ -791,6 +794,7 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     ::setenv("MASTER_PORT", "1234", 1);
     ::setenv("CHORUS_PORT_RANGE", "30000-30010", 1);
     ::setenv("CHORUS_SOCKET_IFNAME", "eth7", 1);
+    ::setenv("CHORUS_TCP_CONGESTION", "cubic", 1);
     ::setenv("CHORUS_JOB_TOKEN", "secret", 1);
     ::setenv("CHORUS_MASTER_FD", "7", 1);  // rank 2: not the master, ignored
     auto c = chorus::tcp_transport::config_from_env();
@@ -802,6 +806,7 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     CHECK(c.port_min == 30000);
     CHECK(c.port_max == 30010);
     CHECK(c.socket_ifname == "eth7");
+    CHECK(c.congestion == "cubic");
     CHECK(c.job_token == "secret");
     CHECK(c.master_fd == -1);
     CHECK(c.spin == 50us);  // the default
@@ -949,4 +954,96 @@ TEST_CASE("tcp: CHORUS_SOCKET_IFNAME picks the advertised address, CHORUS_PORT_R
     c.port_min = c.port_max = 0;
     c.socket_ifname = "chorus-none0";
     CHECK_THROWS_WITH_AS(chorus::tcp_transport{c}, doctest::Contains("interface 'chorus-none0'"), chorus::transport_error);
+}
+
+// tcp_stats, and where a payload lands: a message whose receive was posted first goes straight
+// into the receive's buffer (counted direct or staged), one sent before its receive was posted
+// is held (counted unexpected) — here wholly, as the barrier's message queued behind it cannot
+// be read before it.
+TEST_CASE("tcp: stats count the bytes and calls, and where payloads landed") {
+    constexpr std::size_t bytes = (std::size_t{1} << 20) + 12;
+    tcp_runner::run(2, [&](chorus::tcp_transport& tp) {
+        rank_t const peer = 1 - tp.rank();
+        std::vector<std::byte> out(bytes, std::byte{7}), in(bytes);
+        auto const a = tp.stats();
+        if (tp.rank() == 1) {  // receive posted first
+            auto r = tp.irecv(peer, 5, in);
+            chorus::barrier(tp);
+            r.wait();
+        } else {
+            chorus::barrier(tp);
+            tp.isend(peer, 5, out).wait();
+        }
+        chorus::barrier(tp);
+        auto const b = tp.stats();
+        chorus::barrier(tp);  // nothing of the next message is sent before b is taken
+        if (tp.rank() == 1) {  // sent first
+            chorus::barrier(tp);
+            tp.irecv(peer, 6, in).wait();
+        } else {
+            auto s = tp.isend(peer, 6, out);
+            chorus::barrier(tp);
+            s.wait();
+        }
+        auto const c = tp.stats();
+        if (tp.rank() == 0) {
+            CHECK(b.bytes_sent - a.bytes_sent > bytes);  // the payload, its header, the barrier's
+            CHECK(c.bytes_sent - b.bytes_sent > bytes);
+            CHECK(b.send_calls > a.send_calls);
+            CHECK(c.bytes_unexpected == 0);
+        } else {
+            CHECK(std::ranges::all_of(in, [](std::byte x) { return x == std::byte{7}; }));
+            CHECK(b.bytes_received - a.bytes_received > bytes);
+            CHECK(b.recv_calls > a.recv_calls);
+            CHECK((b.bytes_direct - a.bytes_direct) + (b.bytes_staged - a.bytes_staged) == bytes);
+            CHECK(b.bytes_unexpected == a.bytes_unexpected);
+            CHECK(c.bytes_unexpected - b.bytes_unexpected == bytes);
+            CHECK(c.bytes_direct + c.bytes_staged == b.bytes_direct + b.bytes_staged);
+        }
+        CHECK(c.recv_empty <= c.recv_calls);
+        CHECK(c.send_full <= c.send_calls);
+        CHECK(c.sleeps <= c.polls);
+    }, 20s);
+}
+
+namespace {
+std::string congestion_of(asio::ip::tcp::socket& s) {
+    char name[32] = {};
+    socklen_t len = sizeof name;
+    if (::getsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "?";
+    return std::string(name, ::strnlen(name, len));
+}
+}  // namespace
+
+TEST_CASE("tcp: connections inside one host use Reno unless CHORUS_TCP_CONGESTION says otherwise") {
+    asio::io_context io;
+    asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+    asio::ip::tcp::socket client(io), server(io);
+    client.connect(acceptor.local_endpoint());
+    acceptor.accept(server);
+    CHECK(chorus::detail::same_host(client));
+    std::string system;
+    if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/tcp_congestion_control", "r")) {
+        char line[64] = {};
+        if (std::fgets(line, sizeof line, f)) system = std::string(line, ::strcspn(line, "\n"));
+        std::fclose(f);
+    }
+    CHECK(chorus::detail::tune_socket(client, "system").empty());
+    if (!system.empty()) CHECK(congestion_of(client) == system);
+    CHECK(chorus::detail::tune_socket(client, "").empty());
+    CHECK(congestion_of(client) == "reno");  // always built in, and always allowed
+    CHECK(chorus::detail::tune_socket(server, "reno").empty());
+    CHECK(congestion_of(server) == "reno");
+    std::string const why = chorus::detail::tune_socket(client, "no-such-algorithm");
+    CHECK(why.find("CHORUS_TCP_CONGESTION=no-such-algorithm cannot be set") != std::string::npos);
+
+    // Through the transport: every rank's set-up fails, saying which setting.
+    std::atomic<int> told{0};
+    try {
+        tcp_runner::run(2, [](chorus::tcp_transport&) {}, 5s, "127.0.0.1", {}, -1,
+                        [](chorus::tcp_config& cfg) { cfg.congestion = "no-such-algorithm"; });
+    } catch (chorus::transport_error const& e) {
+        if (std::string(e.what()).find("CHORUS_TCP_CONGESTION=no-such-algorithm") != std::string::npos) ++told;
+    }
+    CHECK(told == 1);
 }

@@ -88,6 +88,8 @@ public:
         return {engine_.get(), engine_->irecv(peer, tag, bytes)};
     }
     std::uint64_t next_sequence() noexcept { return sequence_++; }
+    /// Counters of this rank's socket calls, bytes and waiting (tcp_stats), since it joined.
+    tcp_stats stats() const noexcept { return engine_ ? engine_->stats() : tcp_stats{}; }
     void abort(char const* reason) noexcept {
         try {
             if (engine_) engine_->abort(reason ? reason : "aborted");

@@ -66,7 +66,14 @@ struct tcp_config {
     /// that needs a later message of a peer before it posts the receive of an earlier, larger
     /// one deadlocks, and times out naming the held message).
     std::size_t max_unexpected_bytes = std::size_t{256} << 20;
-    /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD, a pipe
+    /// The congestion control of the mesh's connections (CHORUS_TCP_CONGESTION). Empty (the
+    /// default): Reno between ranks of one host, whose loopback needs no probing and which a
+    /// pacing algorithm such as BBR slows down 2-5x on large messages, and the system's default
+    /// (net.ipv4.tcp_congestion_control) between hosts. "system": the system's default
+    /// everywhere. A name ("cubic", "bbr", "dctcp"): that one everywhere; the group fails to
+    /// form, saying so, where the kernel does not allow it.
+    std::string congestion;
+        /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD, a pipe
     /// chorusrun reads to name the root cause): one line "chorus-blame RANK BLAMED". -1: none.
     int blame_fd = -1;
     /// Must be equal on all ranks of a job; connections with another token are refused, and told
@@ -82,7 +89,7 @@ struct tcp_config {
 /// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or their Slurm and Open MPI counterparts;
 /// "[::1]" is accepted as MASTER_ADDR), and chorus's own CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS,
 /// CHORUS_HEARTBEAT_MS, CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_MAX_UNEXPECTED_BYTES,
-/// CHORUS_SOCKET_IFNAME,
+/// CHORUS_SOCKET_IFNAME, CHORUS_TCP_CONGESTION,
 /// CHORUS_PORT_RANGE ("lo-hi"), CHORUS_BLAME_FD and, for rank 0, CHORUS_MASTER_FD (both set by
 /// chorusrun). Errors name `caller` and the variable.
 inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_env") {
@@ -103,6 +110,7 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
     c.max_unexpected_bytes = static_cast<std::size_t>(
         env.number_at_least("CHORUS_MAX_UNEXPECTED_BYTES", 0, static_cast<long long>(c.max_unexpected_bytes)));
     c.socket_ifname = env.get({"CHORUS_SOCKET_IFNAME"});
+    c.congestion = env.get({"CHORUS_TCP_CONGESTION"});
     if (std::string r = env.get({"CHORUS_PORT_RANGE"}); !r.empty()) {
         std::size_t const dash = r.find_first_of("-:");
         if (dash == std::string::npos) env.fail("CHORUS_PORT_RANGE must be LOW-HIGH: '" + r + "'");
@@ -116,6 +124,25 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
         c.master_fd = static_cast<int>(env.number(fd, "CHORUS_MASTER_FD"));
     return c;
 }
+
+/// What a TCP transport did since it was made (tcp_transport::stats()): to see where a
+/// collective's time goes without a profiler. Counted by the thread that drives the transport
+/// (the heartbeat thread's frames are not counted); subtract two snapshots for one call.
+struct tcp_stats {
+    std::uint64_t bytes_sent = 0;      ///< frame bytes handed to the kernel (headers included)
+    std::uint64_t bytes_received = 0;  ///< frame bytes taken from the kernel
+    std::uint64_t send_calls = 0;      ///< sendmsg calls
+    std::uint64_t send_full = 0;       ///< of those, the ones that found the socket's buffer full before all was written
+    std::uint64_t recv_calls = 0;      ///< recv calls
+    std::uint64_t recv_empty = 0;      ///< of those, the ones that found nothing to read
+    std::uint64_t bytes_direct = 0;    ///< payload received straight into a posted receive's buffer
+    std::uint64_t bytes_staged = 0;    ///< payload copied into a receive's buffer from the 64 KiB staging buffer
+    std::uint64_t bytes_unexpected = 0;  ///< payload that arrived before its receive was posted (held, copied later)
+    std::uint64_t polls = 0;           ///< ppoll rounds
+    std::uint64_t sleeps = 0;          ///< of those, the ones allowed to block
+    std::uint64_t slept_ns = 0;        ///< time spent blocked in them
+    std::uint64_t yields = 0;          ///< sched_yield calls while spinning
+};
 
 namespace detail {
 

@@ -35,6 +35,8 @@
 
 #include <chorus/detail/matching.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/memory.hpp>
+#include <chorus/transport/tcp/config.hpp>
 #include <chorus/transport/tcp/wire.hpp>
 
 namespace chorus::detail {
@@ -63,17 +65,42 @@ struct tcp_frame {
 
 /// Bytes on the heap that are not zero-filled: an unexpected message's pages are touched only
 /// as its bytes arrive (a vector would write every byte of a large one before the first came).
-struct heap_bytes {
-    std::unique_ptr<std::byte[]> data;
-    std::size_t size = 0;
-
-    static heap_bytes make(std::size_t n) { return {n ? std::make_unique_for_overwrite<std::byte[]>(n) : nullptr, n}; }
-    static heap_bytes copy_of(std::span<std::byte const> s) {
-        heap_bytes h = make(s.size());
-        if (!s.empty()) std::memcpy(h.data.get(), s.data(), s.size());
+/// From the thread's scratch cache (memory.hpp), as the algorithms' scratch: the next message of
+/// the same size lands in pages already faulted in, not in fresh ones from the kernel.
+class heap_bytes {
+public:
+    heap_bytes() = default;
+    static heap_bytes make(std::size_t n) {
+        heap_bytes h;
+        if (n) h.data_ = scratch_cache::take(n, h.capacity_);
+        h.size_ = n;
         return h;
     }
-    std::span<std::byte const> span() const noexcept { return {data.get(), size}; }
+    static heap_bytes copy_of(std::span<std::byte const> s) {
+        heap_bytes h = make(s.size());
+        if (!s.empty()) std::memcpy(h.data_, s.data(), s.size());
+        return h;
+    }
+    heap_bytes(heap_bytes&& o) noexcept
+        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), capacity_(std::exchange(o.capacity_, 0)) {}
+    heap_bytes& operator=(heap_bytes&& o) noexcept {
+        if (this != &o) {
+            scratch_cache::give(data_, capacity_);
+            data_ = std::exchange(o.data_, nullptr);
+            size_ = std::exchange(o.size_, 0);
+            capacity_ = std::exchange(o.capacity_, 0);
+        }
+        return *this;
+    }
+    ~heap_bytes() { scratch_cache::give(data_, capacity_); }
+
+    std::byte* data() const noexcept { return data_; }
+    std::size_t size() const noexcept { return size_; }
+    std::span<std::byte const> span() const noexcept { return {data_, size_}; }
+
+private:
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0, capacity_ = 0;
 };
 
 struct tcp_message {
@@ -84,11 +111,13 @@ struct tcp_message {
 /// One connection and the state of its two directions: what is written (frames queued, the
 /// first one maybe half sent) and what is read (staged bytes, the frame arriving).
 struct tcp_peer {
-    tcp_peer(rank_t r, asio::ip::tcp::socket s) : rank(r), sock(std::move(s)), staging(64 * 1024) {
+    tcp_peer(rank_t r, asio::ip::tcp::socket s, tcp_stats& counters)
+        : rank(r), sock(std::move(s)), stats(counters), staging(64 * 1024) {
         tcp_wire::encode(heartbeat.data(), {tcp_wire::frame_heartbeat, 0, 0});
     }
     rank_t rank;
     asio::ip::tcp::socket sock;
+    tcp_stats& stats;  // the engine's counters (pump_write and pump_read run in its thread)
     // reading: staging[begin, end) holds bytes received but not yet consumed
     std::vector<std::byte> staging;
     std::size_t begin = 0, end = 0;
@@ -159,12 +188,18 @@ struct tcp_peer {
                 msghdr msg{};
                 msg.msg_iov = iov.data();
                 msg.msg_iovlen = count;
+                std::size_t wanted = 0;
+                for (std::size_t i = 0; i < count; ++i) wanted += iov[i].iov_len;
+                ++stats.send_calls;
                 ssize_t const n = ::sendmsg(sock.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
                 if (n < 0) {
                     if (errno == EINTR) continue;
                     if (errno != EAGAIN && errno != EWOULDBLOCK) error = errno;
+                    else ++stats.send_full;
                     break;
                 }
+                stats.bytes_sent += static_cast<std::size_t>(n);
+                if (static_cast<std::size_t>(n) < wanted) ++stats.send_full;
                 std::size_t const beat_sent = std::min(beat, static_cast<std::size_t>(n));
                 heartbeat_left.store(beat - beat_sent, std::memory_order_relaxed);
                 sent(static_cast<std::size_t>(n) - beat_sent);
@@ -192,11 +227,14 @@ struct tcp_peer {
     template <class Engine>
     std::size_t receive(Engine& e, std::byte* into, std::size_t len) {
         for (;;) {
+            ++stats.recv_calls;
             ssize_t const n = ::recv(sock.native_handle(), into, len, MSG_DONTWAIT);
             if (n > 0) {
                 heard = true;
+                stats.bytes_received += static_cast<std::size_t>(n);
                 return static_cast<std::size_t>(n);
             }
+            ++stats.recv_empty;
             if (n == 0) {
                 e.connection_error(*this, "End of file");
                 return 0;
@@ -210,9 +248,16 @@ struct tcp_peer {
     // Reads what the socket has now, and consumes it. The budget bounds the bytes received per
     // call (so that writes get their turn), never the parsing of bytes already staged: a frame
     // complete in memory must be finished now, as no further readiness may ever announce it.
+    //
+    // A payload no receive was posted for yet goes to a fresh heap buffer, whose pages fault in
+    // as it fills (an expensive exit to the hypervisor on a virtual machine), to be copied again
+    // when its receive comes: only 256 KiB of it per call. The waiter this read serves may be
+    // done already (a barrier's message, with a large send of the peer right behind it): it
+    // returns and posts the receive, and the rest lands in place. A waiter still waiting calls
+    // again, so the message is read all the same (the progress rule holds).
     template <class Engine>
     void pump_read(Engine& e) {
-        std::size_t budget = 8 << 20;
+        std::size_t budget = 8 << 20, held = 256 << 10;
         while (!finished && !parked) {
             std::size_t got = 0;
             if (!in_frame) {
@@ -228,8 +273,10 @@ struct tcp_peer {
             } else if (consume_staged()) {
                 continue;
             } else {
-                if (budget == 0) return;
-                got = receive_payload(e);
+                bool const unexpected = !in_op && !in_discard;
+                if (budget == 0 || (unexpected && held == 0)) return;
+                got = receive_payload(e, unexpected ? held : budget);
+                if (unexpected) held -= std::min(held, got);
             }
             if (got == 0) return;
             budget -= std::min(budget, got);
@@ -249,28 +296,33 @@ struct tcp_peer {
     }
 
     std::byte* payload_target() noexcept {
-        return in_op ? in_op->in : in_discard ? nullptr : in_heap.data.get();
+        return in_op ? in_op->in : in_discard ? nullptr : in_heap.data();
     }
 
     // Moves staged bytes into the arriving payload; false when staging is empty.
     bool consume_staged() {
         std::size_t const have = std::min(end - begin, in_size - in_got);
         if (have == 0) return false;
-        if (std::byte* into = payload_target()) std::memcpy(into + in_got, staging.data() + begin, have);
+        if (std::byte* into = payload_target()) {
+            std::memcpy(into + in_got, staging.data() + begin, have);
+            if (in_op) stats.bytes_staged += have;
+        }
         begin += have;
         in_got += have;
         return true;
     }
 
-    // Staging is empty: a large remainder goes straight into place, a small one via staging.
+    // Staging is empty: a large remainder goes straight into place (at most `most` bytes of
+    // it), a small one via staging.
     template <class Engine>
-    std::size_t receive_payload(Engine& e) {
+    std::size_t receive_payload(Engine& e, std::size_t most) {
         begin = end = 0;
         std::byte* const into = payload_target();
         std::size_t const left = in_size - in_got;
         if (into && left >= staging.size()) {
-            std::size_t const got = receive(e, into + in_got, left);
+            std::size_t const got = receive(e, into + in_got, std::min(left, std::max(most, staging.size())));
             in_got += got;
+            if (in_op) stats.bytes_direct += got;
             return got;
         }
         end = receive(e, staging.data(), staging.size());

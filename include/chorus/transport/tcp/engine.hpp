@@ -129,7 +129,7 @@ public:
           max_message_(max_message_bytes(cfg)), max_unexpected_(cfg.max_unexpected_bytes), blame_fd_(cfg.blame_fd), io_(std::move(io)), peers_(sockets.size()), queues_(sockets.size()) {
         // Into peers_ first: if anything below throws, they are closed before their io_context.
         for (std::size_t q = 0; q < sockets.size(); ++q)
-            if (sockets[q]) peers_[q] = std::make_unique<tcp_peer>(static_cast<rank_t>(q), std::move(*sockets[q]));
+            if (sockets[q]) peers_[q] = std::make_unique<tcp_peer>(static_cast<rank_t>(q), std::move(*sockets[q]), stats_);
         for (auto& p : peers_) {
             asio::error_code ec;
             if (p) p->sock.non_blocking(true, ec);
@@ -183,7 +183,7 @@ public:
         auto const it = queue.find_message(*op, me_);
         if (op->done) return op;  // a message of another collective failed it
         if (it != queue.messages().end()) {
-            unexpected_ -= it->bytes.size;
+            unexpected_ -= it->bytes.size();
             deliver(*op, it->bytes.span());
             queue.messages().erase(it);
         } else if (peer != me_ && peer_at(peer).goodbye_in && !peer_at(peer).in_frame) {
@@ -229,6 +229,7 @@ public:
     }
 
     void abort(std::string const& reason) noexcept override { fail_group(me_, reason); }
+    tcp_stats stats() const noexcept override { return stats_; }
 
     void set_companion(companion* c) noexcept override { companion_ = c; }
     void drive() override {
@@ -281,7 +282,7 @@ private:
     // for it, else queued.
     void arrived(rank_t src, tag_t tag, heap_bytes bytes) {
         if (auto r = queue_of(src).take_receive(me_, src, tag)) {
-            unexpected_ -= bytes.size;
+            unexpected_ -= bytes.size();
             return deliver(*r, bytes.span());
         }
         queue_of(src).messages().push_back({tag, std::move(bytes)});
@@ -305,8 +306,11 @@ private:
         } else if (p.in_size != op->size) {
             return false;
         } else {
-            if (p.in_got) std::memcpy(op->in, p.in_heap.data.get(), p.in_got);
-            if (!p.parked) unexpected_ -= p.in_size;
+            if (p.in_got) std::memcpy(op->in, p.in_heap.data(), p.in_got);
+            if (!p.parked) {
+                unexpected_ -= p.in_size;
+                stats_.bytes_unexpected -= p.in_size - p.in_got;  // the rest goes straight in
+            }
             p.in_heap = {};
             p.in_op = op;
         }
@@ -579,6 +583,7 @@ private:
                 poll_once(0);
                 if (companion_) companion_->poke();
                 ::sched_yield();  // a rank of this host that is runnable on our core goes first
+                ++stats_.yields;
             } else {
                 auto wake = deadline;  // the deadline, the next liveness check, the companion's turn
                 if (beating() && !failure_.failed()) wake = std::min(wake, std::max(next_check_, now));
@@ -602,7 +607,17 @@ private:
             ready_.push_back(p.get());
         }
         timespec ts{static_cast<time_t>(timeout_ns / 1000000000), static_cast<long>(timeout_ns % 1000000000)};
-        if (::ppoll(fds_.data(), fds_.size(), &ts, nullptr) <= 0) return;  // timeout, or EINTR: the caller loops
+        ++stats_.polls;
+        int ready = 0;
+        if (timeout_ns > 0) {
+            ++stats_.sleeps;
+            auto const t0 = clock::now();
+            ready = ::ppoll(fds_.data(), fds_.size(), &ts, nullptr);
+            stats_.slept_ns += static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t0).count());
+        } else {
+            ready = ::ppoll(fds_.data(), fds_.size(), &ts, nullptr);
+        }
+        if (ready <= 0) return;  // timeout, or EINTR: the caller loops
         // Reads first: what a peer sent before its connection broke (a goodbye, an abort) says
         // why the write that fails next failed.
         for (std::size_t i = 0; i < fds_.size(); ++i) {
@@ -668,6 +683,7 @@ private:
         try {
             p.in_heap = heap_bytes::make(p.in_size);
             if (h.type == tcp_wire::frame_data) unexpected_ += p.in_size;
+            if (h.type == tcp_wire::frame_data) stats_.bytes_unexpected += p.in_size;
         } catch (...) {
             p.in_frame = false;
             connection_error(p, "out of memory for a message of " + std::to_string(h.size) + " bytes");
@@ -687,7 +703,7 @@ private:
             bool const other = named >= 1 && named <= static_cast<tag_t>(size()) && named - 1 != static_cast<tag_t>(me_);
             rank_t const blame = other ? static_cast<rank_t>(named - 1) : p.rank;
             heap_bytes const bytes = std::exchange(p.in_heap, {});
-            fail_group(blame, printable(std::string_view(reinterpret_cast<char const*>(bytes.data.get()), bytes.size)), false);
+            fail_group(blame, printable(std::string_view(reinterpret_cast<char const*>(bytes.data()), bytes.size())), false);
         } else {
             arrived(p.rank, p.in_tag, std::exchange(p.in_heap, {}));
         }
@@ -709,6 +725,7 @@ private:
     std::vector<pollfd> fds_;      // poll_once's scratch, kept to avoid an allocation per wait
     std::vector<tcp_peer*> ready_;
     group_failure failure_;
+    tcp_stats stats_;
     companion* companion_ = nullptr;
     clock::time_point failed_at_{};
     bool told_ = false;  // the peers got an abort frame from us (else shutdown tells them)

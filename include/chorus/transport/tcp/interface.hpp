@@ -36,6 +36,7 @@ public:
     virtual bool test(std::shared_ptr<tcp_op> const& op) = 0;
     virtual void cancel(std::shared_ptr<tcp_op> const& op) noexcept = 0;
     virtual void abort(std::string const& reason) noexcept = 0;
+    virtual tcp_stats stats() const noexcept = 0;
 
     // For node_transport, which joins this engine to a shared-memory one (detail/companion.hpp).
     /// The engine this one drives while it waits; null: none.

@@ -314,7 +314,7 @@ private:
         sock->async_connect(endpoints_[static_cast<std::size_t>(q)], [this, sock, q, wait](asio::error_code e) {
             if (finished_) return;
             if (e) return timers_.after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
-            tune_socket(*sock);
+            if (auto const why = tune_socket(*sock, cfg_.congestion); !why.empty()) return void(fatal_ = me() + ": " + why);
             auto hs = std::make_shared<std::vector<unsigned char>>(tcp_wire::challenge_size);
             asio::async_read(*sock, asio::buffer(*hs), [this, sock, hs, q](asio::error_code e2, std::size_t) {
                 if (finished_) return;
@@ -346,7 +346,7 @@ private:
         if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_) return gate_.refuse(*m, "unexpected rank " + std::to_string(h.rank));
         auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
         if (slot) return gate_.refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
-        tune_socket(m->sock);
+        if (auto const why = tune_socket(m->sock, cfg_.congestion); !why.empty()) return void(fatal_ = me() + ": " + why);
         m->settled = true;
         slot = std::make_unique<tcp::socket>(std::move(m->sock));
         ++accepted_;
