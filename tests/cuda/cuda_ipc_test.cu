@@ -402,9 +402,11 @@ int generic() {
     t.compare("average_gradients<cuda_ipc_transport>(device span)", d.get(), want, 1e-6);
     static_assert(std::is_same_v<chorus::tcp_transport::memory_space, chorus::host_memory>);
     static_assert(std::is_same_v<chorus::cuda_ipc_transport::memory_space, chorus::cuda_device_memory>);
-    // The ring's segments follow the transport: 4 MiB messages on the device, 256 KiB over TCP.
+    // The ring's segments follow the transport: 4 MiB messages on the device, 1 MiB over TCP,
+    // 256 KiB by default (the loopback transport declares none).
     static_assert(chorus::detail::ring_segment_elements<chorus::cuda_ipc_transport, float>() == (std::size_t{1} << 20));
-    static_assert(chorus::detail::ring_segment_elements<chorus::tcp_transport, float>() == 65536);
+    static_assert(chorus::detail::ring_segment_elements<chorus::tcp_transport, float>() == (std::size_t{1} << 18));
+    static_assert(chorus::detail::ring_segment_elements<chorus::loopback_transport, float>() == 65536);
     chorus::barrier(dev);
     return report(dev, t, "generic");
 }
