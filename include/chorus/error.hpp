@@ -86,6 +86,19 @@ public:
     explicit device_error(std::string const& what) : error(errc::device_error, what) {}
 };
 
+namespace detail {
+/// Marks an error every rank of a group agreed on and throws (a set-up verdict exchanged
+/// before anyone threw): a bootstrap group may then be left with a goodbye, not aborted, so that
+/// a rank still finishing that exchange gets its last messages and throws the error itself
+/// rather than "rank N left the group". Caught as `E`.
+struct agreed_failure {};
+template <class E>
+class agreed final : public E, public agreed_failure {
+public:
+    using E::E;
+};
+} // namespace detail
+
 } // namespace chorus
 
 template <>

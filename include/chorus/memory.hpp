@@ -89,7 +89,7 @@ public:
     static constexpr std::size_t max_bytes = std::size_t{512} << 20;
 
     static std::byte* take(std::size_t bytes, std::size_t& capacity) {
-        if (bytes >= min_bytes) {
+        if (bytes >= min_bytes && !gone()) {
             auto& c = instance();
             std::size_t best = c.count_;
             for (std::size_t i = 0; i < c.count_; ++i)
@@ -113,7 +113,9 @@ public:
 
     static void give(std::byte* data, std::size_t capacity) noexcept {
         if (!data) return;
-        if (capacity < min_bytes || capacity > max_bytes) return release(data, capacity);
+        // After the thread's cache was destroyed (a transport destroyed after the thread's
+        // thread_locals, as a static one is), blocks go straight back.
+        if (capacity < min_bytes || capacity > max_bytes || gone()) return release(data, capacity);
         auto& c = instance();
         while (c.count_ == max_blocks || (c.count_ != 0 && c.total_ + capacity > max_bytes)) {
             release(c.blocks_[0].data, c.blocks_[0].bytes);
@@ -128,6 +130,8 @@ public:
     scratch_cache& operator=(scratch_cache const&) = delete;
     ~scratch_cache() {
         for (std::size_t i = 0; i < count_; ++i) release(blocks_[i].data, blocks_[i].bytes);
+        count_ = total_ = 0;
+        gone() = true;
     }
 
 private:
@@ -135,6 +139,10 @@ private:
         std::byte* data;
         std::size_t bytes;
     };
+    static bool& gone() noexcept {
+        thread_local bool destroyed = false;  // trivial: alive as long as the thread
+        return destroyed;
+    }
     static scratch_cache& instance() noexcept {
         thread_local scratch_cache c;
         return c;

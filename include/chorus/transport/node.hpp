@@ -137,14 +137,19 @@ public:
             if (node_of_[r] == node_of_[static_cast<std::size_t>(me_)]) members_.push_back(static_cast<rank_t>(r));
             if (local_rank_of_[r] == local_rank()) rail_.push_back(static_cast<rank_t>(r));
         }
-        shm_ = std::make_unique<shm_engine>(
-            me_, world_.size(), shm,
-            [&](std::span<std::byte const> own) {
-                std::vector<std::byte> all(own.size() * p);
-                chorus::allgather(world_, own, all);
-                return all;
-            },
-            members_);
+        try {
+            shm_ = std::make_unique<shm_engine>(
+                me_, world_.size(), shm,
+                [&](std::span<std::byte const> own) {
+                    std::vector<std::byte> all(own.size() * p);
+                    chorus::allgather(world_, own, all);
+                    return all;
+                },
+                members_);
+        } catch (agreed_failure const&) {  // every rank throws it: leave the mesh, do not abort it
+            { tcp_transport const leaving = std::move(world_); }
+            throw;
+        }
         // Each engine drives the other while it waits, where both carry messages.
         if (nodes_ > 1 && members_.size() > 1) {
             world_.engine_->set_companion(&shm_side_);

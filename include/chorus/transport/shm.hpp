@@ -101,7 +101,12 @@ public:
         shm_config const config = shm_config_from_env("shm_transport::from_env");
         tcp_config tcp = tcp_config_from_env("shm_transport::from_env");
         tcp_transport bootstrap(std::move(tcp));
-        return shm_transport(bootstrap, config);
+        try {
+            return shm_transport(bootstrap, config);
+        } catch (detail::agreed_failure const&) {  // every rank throws it: leave, do not abort
+            { tcp_transport const leaving = std::move(bootstrap); }
+            throw;
+        }
     }
 
     rank_t rank() const noexcept { return engine_->rank(); }

@@ -35,6 +35,8 @@ inline void validate(tcp_config& cfg) {
         throw invalid_argument("tcp_transport: port range " + std::to_string(cfg.port_min) + "-" +
                                std::to_string(cfg.port_max) + " is empty");
     if ((cfg.size == 1 || cfg.rank != 0) && cfg.master_fd >= 0) ::close(std::exchange(cfg.master_fd, -1));
+    if (std::string const why = check_congestion(cfg.congestion); !why.empty())
+        throw invalid_argument("tcp_transport: rank " + std::to_string(cfg.rank) + ": " + why);
     cfg.master_addr = strip_brackets(cfg.master_addr);
     cfg.advertise_addr = strip_brackets(cfg.advertise_addr);
 }

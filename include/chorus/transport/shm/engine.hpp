@@ -43,6 +43,7 @@
 #include <new>
 #include <span>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -373,7 +374,12 @@ private:
         std::vector<std::byte> verdict(verdict_text + p + 1);  // an error text, whom we can read, the error's kind
         std::byte& misconfigured = verdict[verdict_text + p];
         auto const note = [&](std::exception const& e) {
-            std::string const what = e.what();
+            // The text without the error code's suffix (system_error's what() appends
+            // ": invalid argument"), which the exception thrown from it appends again.
+            std::string what = e.what();
+            if (auto const* s = dynamic_cast<std::system_error const*>(&e))
+                if (std::string const suffix = ": " + s->code().message(); what.ends_with(suffix))
+                    what.resize(what.size() - suffix.size());
             std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict_text - 1));
         };
         try {
@@ -391,9 +397,9 @@ private:
             auto const* v = verdicts.data() + r * verdict.size();
             if (v[0] != std::byte{0}) {
                 std::string const why(reinterpret_cast<char const*>(v), strnlen(reinterpret_cast<char const*>(v), verdict_text));
-                if (v[verdict_text + p] != std::byte{0}) throw invalid_argument(why);
-                throw transport_error(errc::connection_failed, static_cast<rank_t>(r),
-                                      "shm_transport: rank " + std::to_string(r) + " could not join: " + why);
+                if (v[verdict_text + p] != std::byte{0}) throw agreed<invalid_argument>(why);
+                throw agreed<transport_error>(errc::connection_failed, static_cast<rank_t>(r),
+                                              "shm_transport: rank " + std::to_string(r) + " could not join: " + why);
             }
             peers_[r].remote_ok = v[verdict_text + static_cast<std::size_t>(me_)] != std::byte{0};
         }

@@ -70,10 +70,10 @@ struct tcp_config {
     /// default): Reno between ranks of one host, whose loopback needs no probing and which a
     /// pacing algorithm such as BBR slows down 2-5x on large messages, and the system's default
     /// (net.ipv4.tcp_congestion_control) between hosts. "system": the system's default
-    /// everywhere. A name ("cubic", "bbr", "dctcp"): that one everywhere; the group fails to
-    /// form, saying so, where the kernel does not allow it.
+    /// everywhere. A name ("cubic", "bbr", "dctcp"): that one everywhere; where the kernel does
+    /// not allow it, every rank throws invalid_argument saying so, before the rendezvous.
     std::string congestion;
-        /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD, a pipe
+    /// Where to report whom this rank blames when its group fails (CHORUS_BLAME_FD, a pipe
     /// chorusrun reads to name the root cause): one line "chorus-blame RANK BLAMED". -1: none.
     int blame_fd = -1;
     /// Must be equal on all ranks of a job; connections with another token are refused, and told
@@ -134,10 +134,10 @@ struct tcp_stats {
     std::uint64_t send_calls = 0;      ///< sendmsg calls
     std::uint64_t send_full = 0;       ///< of those, the ones that found the socket's buffer full before all was written
     std::uint64_t recv_calls = 0;      ///< recv calls
-    std::uint64_t recv_empty = 0;      ///< of those, the ones that found nothing to read
+    std::uint64_t recv_empty = 0;      ///< of those, the ones that found nothing to read yet
     std::uint64_t bytes_direct = 0;    ///< payload received straight into a posted receive's buffer
     std::uint64_t bytes_staged = 0;    ///< payload copied into a receive's buffer from the 64 KiB staging buffer
-    std::uint64_t bytes_unexpected = 0;  ///< payload that arrived before its receive was posted (held, copied later)
+    std::uint64_t bytes_unexpected = 0;  ///< payload from peers that arrived before its receive was posted (held, copied later)
     std::uint64_t polls = 0;           ///< ppoll rounds
     std::uint64_t sleeps = 0;          ///< of those, the ones allowed to block
     std::uint64_t slept_ns = 0;        ///< time spent blocked in them

@@ -234,13 +234,13 @@ struct tcp_peer {
                 stats.bytes_received += static_cast<std::size_t>(n);
                 return static_cast<std::size_t>(n);
             }
-            ++stats.recv_empty;
             if (n == 0) {
                 e.connection_error(*this, "End of file");
                 return 0;
             }
             if (errno == EINTR) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) e.connection_error(*this, std::strerror(errno));
+            else ++stats.recv_empty;
             return 0;
         }
     }
@@ -254,10 +254,11 @@ struct tcp_peer {
     // when its receive comes: only 256 KiB of it per call. The waiter this read serves may be
     // done already (a barrier's message, with a large send of the peer right behind it): it
     // returns and posts the receive, and the rest lands in place. A waiter still waiting calls
-    // again, so the message is read all the same (the progress rule holds).
+    // again, so the message is read all the same (the progress rule holds). `held` lifts that
+    // bound, for a caller that must see what follows such a payload.
     template <class Engine>
-    void pump_read(Engine& e) {
-        std::size_t budget = 8 << 20, held = 256 << 10;
+    void pump_read(Engine& e, std::size_t held = 256 << 10) {
+        std::size_t budget = 8 << 20;
         while (!finished && !parked) {
             std::size_t got = 0;
             if (!in_frame) {

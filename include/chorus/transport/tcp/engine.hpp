@@ -422,7 +422,7 @@ private:
 
     // A write failed. A goodbye or an abort may be waiting, unread, that says why: read first.
     void write_failed(tcp_peer& p, std::string const& why) {
-        if (!p.goodbye_in) p.pump_read(*this);
+        if (!p.goodbye_in) p.pump_read(*this, max_control_bytes + tcp_wire::header_size + (8 << 20));
         if (!p.finished) connection_error(p, why);
     }
 

@@ -60,6 +60,8 @@ inline std::string interface_address(std::string const& name, bool v6) {
     return found.empty() ? link_local : found;
 }
 
+inline std::string congestion_refused(std::string const& name, int error);
+
 /// Whether a connected socket's peer is on this host (loopback, or one of our own addresses):
 /// no network in between.
 inline bool same_host(asio::ip::tcp::socket const& s) {
@@ -88,8 +90,24 @@ inline std::string tune_socket(asio::ip::tcp::socket& s, std::string const& cong
     if (::setsockopt(s.native_handle(), IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0 ||
         !chosen)
         return {};
-    return "CHORUS_TCP_CONGESTION=" + name + " cannot be set (" + std::strerror(errno) +
+    return congestion_refused(name, errno);
+}
+
+inline std::string congestion_refused(std::string const& name, int error) {
+    return "CHORUS_TCP_CONGESTION=" + name + " cannot be set (" + std::strerror(error) +
            "; see net.ipv4.tcp_available_congestion_control and tcp_allowed_congestion_control)";
+}
+
+/// Whether this process may set congestion control `name` on its TCP sockets: why not, or
+/// nothing. Every rank asks before the rendezvous, so that all of them refuse a name at once
+/// (a rank that only accepts connections would otherwise wait for peers that gave up).
+inline std::string check_congestion(std::string const& name) {
+    if (name.empty() || name == "system") return {};
+    int const fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return {};  // no socket to try on: the connections will say
+    int const refused = ::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0 ? 0 : errno;
+    ::close(fd);
+    return refused ? congestion_refused(name, refused) : std::string();
 }
 
 /// Callbacks after a delay on one io_context, all cancelled at once by cancel_all() (then none
