@@ -190,6 +190,7 @@ struct host_memory {
         }
         ~buffer() { detail::scratch_cache::give(data_, capacity_); }
         std::span<T> span() noexcept { return {reinterpret_cast<T*>(data_), size_}; }
+        std::span<T const> span() const noexcept { return {reinterpret_cast<T const*>(data_), size_}; }
         std::size_t size() const noexcept { return size_; }
 
     private:

@@ -65,42 +65,28 @@ struct tcp_frame {
 
 /// Bytes on the heap that are not zero-filled: an unexpected message's pages are touched only
 /// as its bytes arrive (a vector would write every byte of a large one before the first came).
-/// From the thread's scratch cache (memory.hpp), as the algorithms' scratch: the next message of
-/// the same size lands in pages already faulted in, not in fresh ones from the kernel.
+/// Scratch memory (host_memory::buffer, from the thread's scratch cache), as the algorithms'
+/// scratch: the next message of the same size lands in pages already faulted in, not in fresh
+/// ones from the kernel.
 class heap_bytes {
 public:
     heap_bytes() = default;
     static heap_bytes make(std::size_t n) {
         heap_bytes h;
-        if (n) h.data_ = scratch_cache::take(n, h.capacity_);
-        h.size_ = n;
+        h.bytes_ = host_memory::buffer<std::byte>(n);
         return h;
     }
     static heap_bytes copy_of(std::span<std::byte const> s) {
         heap_bytes h = make(s.size());
-        if (!s.empty()) std::memcpy(h.data_, s.data(), s.size());
+        if (!s.empty()) std::memcpy(h.data(), s.data(), s.size());
         return h;
     }
-    heap_bytes(heap_bytes&& o) noexcept
-        : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)), capacity_(std::exchange(o.capacity_, 0)) {}
-    heap_bytes& operator=(heap_bytes&& o) noexcept {
-        if (this != &o) {
-            scratch_cache::give(data_, capacity_);
-            data_ = std::exchange(o.data_, nullptr);
-            size_ = std::exchange(o.size_, 0);
-            capacity_ = std::exchange(o.capacity_, 0);
-        }
-        return *this;
-    }
-    ~heap_bytes() { scratch_cache::give(data_, capacity_); }
-
-    std::byte* data() const noexcept { return data_; }
-    std::size_t size() const noexcept { return size_; }
-    std::span<std::byte const> span() const noexcept { return {data_, size_}; }
+    std::byte* data() noexcept { return bytes_.span().data(); }
+    std::size_t size() const noexcept { return bytes_.size(); }
+    std::span<std::byte const> span() const noexcept { return bytes_.span(); }
 
 private:
-    std::byte* data_ = nullptr;
-    std::size_t size_ = 0, capacity_ = 0;
+    host_memory::buffer<std::byte> bytes_;
 };
 
 struct tcp_message {

@@ -703,7 +703,7 @@ private:
             bool const other = named >= 1 && named <= static_cast<tag_t>(size()) && named - 1 != static_cast<tag_t>(me_);
             rank_t const blame = other ? static_cast<rank_t>(named - 1) : p.rank;
             heap_bytes const bytes = std::exchange(p.in_heap, {});
-            fail_group(blame, printable(std::string_view(reinterpret_cast<char const*>(bytes.data()), bytes.size())), false);
+            fail_group(blame, printable(std::string_view(reinterpret_cast<char const*>(bytes.span().data()), bytes.size())), false);
         } else {
             arrived(p.rank, p.in_tag, std::exchange(p.in_heap, {}));
         }
