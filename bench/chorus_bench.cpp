@@ -388,6 +388,8 @@ private:
             add.template operator()<chorus::recursive_doubling>("recursive_doubling");
             add.template operator()<chorus::tree>("tree");
             add.template operator()<chorus::hierarchical>("hierarchical");
+            if constexpr (chorus::direct_transport<Tp>)
+                if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
         } else if (name == "reduce_scatter") {
             auto add = [&]<class Algo>(std::string algo) {
                 list.emplace_back(algo, [this, s, me, p, opname] {
@@ -409,6 +411,8 @@ private:
             add.template operator()<chorus::automatic>("auto");
             add.template operator()<chorus::ring>("ring");
             add.template operator()<chorus::tree>("tree");
+            if constexpr (chorus::direct_transport<Tp>)
+                if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
         } else if (name == "reduce") {
             list.emplace_back("auto", [this, s, me, p, opname] {
                 auto const tab = std::make_shared<period const>(opname, me, p);
@@ -437,6 +441,8 @@ private:
             add.template operator()<chorus::tree>("tree");
             add.template operator()<chorus::linear>("linear");
             add.template operator()<chorus::scatter_allgather>("scatter_allgather");
+            if constexpr (chorus::direct_transport<Tp>)
+                if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
         } else if (name == "allgather") {
             auto add = [&]<class Algo>(std::string algo) {
                 list.emplace_back(algo, [this, s, me] {
@@ -457,6 +463,8 @@ private:
             add.template operator()<chorus::automatic>("auto");
             add.template operator()<chorus::ring>("ring");
             add.template operator()<chorus::bruck>("bruck");
+            if constexpr (chorus::direct_transport<Tp>)
+                if (direct(s.chunk * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
         } else if (name == "alltoall" || name == "alltoallv") {
             bool const v = name == "alltoallv";
             auto add = [&]<class Algo>(std::string algo) {
@@ -484,13 +492,28 @@ private:
             if (!v) {
                 add.template operator()<chorus::pairwise>("pairwise");
                 add.template operator()<chorus::bruck>("bruck");
+                if constexpr (chorus::direct_transport<Tp>)
+                    if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
             }
         } else if (name == "barrier") {
-            list.emplace_back("auto", [this] {
-                return bench_case{[](int) {}, [this] { chorus::barrier(tp_); }, [](int) { return std::size_t{0}; }};
-            });
+            auto add = [&]<class Algo>(std::string algo) {
+                list.emplace_back(algo, [this] {
+                    return bench_case{[](int) {}, [this] { chorus::barrier<Algo>(tp_); }, [](int) { return std::size_t{0}; }};
+                });
+            };
+            add.template operator()<chorus::automatic>("auto");
+            add.template operator()<chorus::dissemination>("dissemination");
+            if constexpr (chorus::direct_transport<Tp>)
+                if (direct(0)) add.template operator()<chorus::one_shot>("one_shot");
         }
         return list;
+    }
+
+    // Whether one_shot takes a block of this many bytes (over a direct_transport).
+    bool direct(std::size_t block_bytes) const
+        requires chorus::direct_transport<Tp>
+    {
+        return block_bytes <= tp_.direct_bytes();
     }
 
     // The expected value as T computes it (integer AVG truncates).

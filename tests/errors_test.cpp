@@ -213,6 +213,37 @@ TEST_CASE("point-to-point: bad peer, reserved tag, size mismatch") {
     CHECK(contains(reserved[0].what, "reserved"));
 }
 
+TEST_CASE("CHORUS_ALGO and CHORUS_DEBUG are read on every call: set, changed, unset, other variables coming and going") {
+    using chorus::detail::debug_enabled;
+    using chorus::detail::env_algorithm;
+    ::unsetenv("CHORUS_ALGO");
+    ::unsetenv("CHORUS_DEBUG");
+    CHECK(env_algorithm("allreduce").empty());
+    CHECK(!debug_enabled());
+    ::setenv("CHORUS_ALGO", "allreduce:tree", 1);  // added at the end
+    CHECK(env_algorithm("allreduce") == "tree");
+    ::setenv("CHORUS_ALGO", "allreduce:ring", 1);  // its entry replaced
+    CHECK(env_algorithm("allreduce") == "ring");
+    ::setenv("CHORUS_ERRORS_TEST_OTHER", "1", 1);  // another one after it
+    CHECK(env_algorithm("allreduce") == "ring");
+    ::unsetenv("CHORUS_ALGO");  // the entries behind it shift
+    CHECK(env_algorithm("allreduce").empty());
+    ::setenv("CHORUS_DEBUG", "1", 1);
+    CHECK(debug_enabled());
+    ::unsetenv("CHORUS_ERRORS_TEST_OTHER");  // the last entry changes
+    CHECK(env_algorithm("allreduce").empty());
+    CHECK(debug_enabled());
+    ::setenv("CHORUS_DEBUG", "0", 1);
+    CHECK(!debug_enabled());
+    ::setenv("CHORUS_ALGO", "broadcast:linear", 1);
+    CHECK(env_algorithm("broadcast") == "linear");
+    ::unsetenv("CHORUS_DEBUG");
+    CHECK(!debug_enabled());
+    CHECK(env_algorithm("broadcast") == "linear");
+    ::unsetenv("CHORUS_ALGO");
+    CHECK(env_algorithm("broadcast").empty());
+}
+
 TEST_CASE("CHORUS_ALGO overrides the automatic choice and rejects unknown names") {
     ::setenv("CHORUS_ALGO", "allreduce:tree,broadcast:linear", 1);
     chorus::run_ranks(3, [](auto& tp) {

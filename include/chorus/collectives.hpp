@@ -26,6 +26,12 @@
 #include <chorus/algorithm/linear_scatterv.hpp>
 #include <chorus/algorithm/pairwise_alltoall.hpp>
 #include <chorus/algorithm/pairwise_alltoallv.hpp>
+#include <chorus/algorithm/one_shot_allgather.hpp>
+#include <chorus/algorithm/one_shot_allreduce.hpp>
+#include <chorus/algorithm/one_shot_alltoall.hpp>
+#include <chorus/algorithm/one_shot_barrier.hpp>
+#include <chorus/algorithm/one_shot_broadcast.hpp>
+#include <chorus/algorithm/one_shot_reduce_scatter.hpp>
 #include <chorus/algorithm/rabenseifner_allreduce.hpp>
 #include <chorus/algorithm/recursive_doubling_allreduce.hpp>
 #include <chorus/algorithm/recursive_doubling_scan.hpp>
@@ -54,15 +60,15 @@ namespace chorus {
 namespace detail {
 
 // Each collective's algorithms, the one list per collective.
-using barrier_algorithms = algorithms<collective_kind::barrier, dissemination>;
-using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather>;
+using barrier_algorithms = algorithms<collective_kind::barrier, dissemination, one_shot>;
+using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather, one_shot>;
 using scatter_algorithms = algorithms<collective_kind::scatter, linear>;
 using gather_algorithms = algorithms<collective_kind::gather, linear>;
-using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck>;
+using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck, one_shot>;
 using reduce_algorithms = algorithms<collective_kind::reduce, tree>;
-using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical>;
-using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree>;
-using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck>;
+using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical, one_shot>;
+using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree, one_shot>;
+using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck, one_shot>;
 using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
 using gatherv_algorithms = algorithms<collective_kind::gatherv, linear>;
 using scatterv_algorithms = algorithms<collective_kind::scatterv, linear>;
@@ -107,10 +113,12 @@ void scan_door(Transport& tp, std::span<T const> send, std::span<T> recv, Op& op
 
 } // namespace detail
 
-/// Returns once every rank called it. Algorithms: dissemination.
+/// Returns once every rank called it. Algorithms: dissemination, one_shot (the automatic
+/// choice over a direct_transport).
 template <class Algo = automatic, transport Transport>
 void barrier(Transport& tp) {
-    detail::run_only<detail::barrier_algorithms, Algo, void, void>(tp, 0);
+    detail::run_collective<Algo, detail::barrier_algorithms, void, void>(
+        tp, 0, [&] { return detail::prefer_direct<void>(tp, 0, {dissemination::name, "the schedule of messages"}); });
 }
 
 /// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear,
@@ -120,7 +128,8 @@ template <class Algo = automatic, transport Transport, writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
     auto s = detail::to_span(data);
     detail::run_collective<Algo, detail::broadcast_algorithms, detail::element_t<R>, void>(
-        tp, s.size_bytes(), [&] { return detail::choose_broadcast(tp.size(), s.size_bytes()); }, s, root);
+        tp, s.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<R>>(tp, s.size_bytes(), detail::choose_broadcast(tp.size(), s.size_bytes())); },
+        s, root);
 }
 
 /// Rank r receives block r of the root's `send` (p * recv.size() elements) into `recv`.
@@ -152,7 +161,8 @@ void allgather(Transport& tp, S const& send, R&& recv) {
     // By the gathered size, p times the block: what Bruck's log p messages carry.
     std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
     detail::run_collective<Algo, detail::allgather_algorithms, detail::element_t<S>, void>(
-        tp, gathered, [&] { return detail::choose_allgather(tp.size(), gathered); }, in, out);
+        tp, gathered, [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), detail::choose_allgather(tp.size(), gathered)); },
+        in, out);
 }
 
 /// Reduces every rank's `send` with `op` into `recv` at `root`. Algorithms: tree.
@@ -181,7 +191,8 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
         auto s = detail::to_span(data);
         detail::run_collective<Algo, detail::allreduce_algorithms, T, Op>(
             tp, s.size_bytes(),
-            [&] { return detail::choose_allreduce_over(tp, s.size_bytes(), is_commutative_v<Op, T>); }, s, op);
+            [&] { return detail::prefer_direct<T>(tp, s.size_bytes(), detail::choose_allreduce_over(tp, s.size_bytes(), is_commutative_v<Op, T>)); },
+            s, op);
     }
 }
 
@@ -196,7 +207,7 @@ void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
         auto out = detail::to_span(recv);
         detail::run_collective<Algo, detail::reduce_scatter_algorithms, T, Op>(
             tp, in.size_bytes(),
-            [] { return detail::reduce_scatter_choice<Op, T>(); }, in, out, op);
+            [&] { return detail::prefer_direct<T>(tp, in.size_bytes(), detail::reduce_scatter_choice<Op, T>()); }, in, out, op);
     }
 }
 
@@ -209,7 +220,8 @@ void alltoall(Transport& tp, S const& send, R&& recv) {
     auto out = detail::to_span(recv);
     std::size_t const block_bytes = in.size_bytes() / static_cast<std::size_t>(tp.size());
     detail::run_collective<Algo, detail::alltoall_algorithms, detail::element_t<S>, void>(
-        tp, in.size_bytes(), [&] { return detail::choose_alltoall(tp.size(), block_bytes); }, in, out);
+        tp, in.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), detail::choose_alltoall(tp.size(), block_bytes)); },
+        in, out);
 }
 
 /// Variable-size alltoall: send_counts[j] elements go to rank j, recv_counts[j] come from

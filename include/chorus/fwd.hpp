@@ -64,6 +64,9 @@ struct scatter_allgather {  ///< broadcast as binomial scatter + ring allgather 
 struct bruck {  ///< ceil(log2 p) rounds at distances 1, 2, 4, ... for any p
     static constexpr std::string_view name{"bruck"};
 };
+struct one_shot {  ///< one round: every rank reads the blocks it needs from its peers' memory (direct_transport)
+    static constexpr std::string_view name{"one_shot"};
+};
 struct hierarchical {  ///< inside each node, then across the nodes (node_transport), then inside again
     static constexpr std::string_view name{"hierarchical"};
 };

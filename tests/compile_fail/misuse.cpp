@@ -22,6 +22,9 @@ void use(chorus::loopback_transport& tp) {
     };
     std::vector<point> points(4);
     chorus::allreduce(tp, points, chorus::sum{});
+#elif defined(SECTION_ONE_SHOT_WITHOUT_DIRECT)
+    // Threads of one process share memory, but loopback_transport is no direct_transport.
+    chorus::allreduce<chorus::one_shot>(tp, v);
 #elif defined(SECTION_NONBLOCKING_TEMPORARY)
     // The collective would outlive the vector: a nonblocking collective takes no temporaries.
     auto r = chorus::iallreduce(tp, std::vector<int>(4));

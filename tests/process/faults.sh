@@ -3,9 +3,10 @@
 # stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK [TRANSPORT]
-#   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | exit | signal | foreign
+#   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | mismatch_small |
+#         mismatch_limit | exit | signal | foreign
 #   TRANSPORT: tcp (the default), shm or node:K (process_check --transport ...; kill, stop,
-#   early and mismatch, with the same expectations: the contract is the transport concept's)
+#   early and the mismatches, with the same expectations: the contract is the transport concept's)
 # Each case prints how long the failure took to be reported (for the issue's note) and exits
 # non-zero on the first unmet expectation. Bounds are asserted only where they are the
 # contract (a stopped rank named within 10 s, an early exit named at once), with wide margins.
@@ -181,10 +182,18 @@ flood)
     expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: too many connections without a handshake"
     echo "the job passed through 200 silent connections to 127.0.0.1:$port with 128 files per process"
     ;;
-mismatch)
-    # Rank 1 passes 1001 elements, the others 1000: an error on every rank, not a hang.
+mismatch | mismatch_small | mismatch_limit)
+    # Rank 1 passes 1001 elements, the others 1000 (the ring): an error on every rank, not a
+    # hang. mismatch_small: 9 and 8 (automatic: one_shot over shm, every rank sees the others'
+    # sizes); mismatch_limit: 100000 and 8 (automatic: rank 1 sends messages, the others
+    # exchange directly over shm).
+    case $case_name in
+    mismatch) margs=(mismatch) ;;
+    mismatch_small) margs=(mismatch_auto 8 9) ;;
+    mismatch_limit) margs=(mismatch_auto 8 100000) ;;
+    esac
     start=$(now_ms)
-    "$run" -n 3 --timeout-ms 30000 "$check" "${targs[@]}" mismatch >"$out" 2>"$err"
+    "$run" -n 3 --timeout-ms 30000 "$check" "${targs[@]}" "${margs[@]}" >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     for r in 0 1 2; do

@@ -187,6 +187,12 @@ int run(Tp& tp, std::string const& mode, Arg const& arg) {
         std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
         return 2;
     }
+    if (mode == "mismatch_auto") {  // rank 1 passes arg 3 elements, the others arg 2; the automatic choice
+        std::vector<double> v(static_cast<std::size_t>(tp.rank() == 1 ? arg(3, 9) : arg(2, 8)), 1.0);
+        chorus::allreduce(tp, v, chorus::sum{});
+        std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
+        return 2;
+    }
     std::fprintf(stderr, "process_check: unknown mode '%s'\n", mode.c_str());
     return 64;
 }

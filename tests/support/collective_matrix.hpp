@@ -14,12 +14,14 @@
 #include <range/v3/view/for_each.hpp>
 #include <range/v3/view/iota.hpp>
 #include <range/v3/view/transform.hpp>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <numeric>
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -48,11 +50,12 @@ char const* type_name() {
 
 // Every algorithm in a collective's list (chorus/collectives.hpp), then automatic: an algorithm
 // is checked here as soon as it is listed. Only those that apply to elements T reduced with Op
-// (void: no reduction): a ring needs a commutative op.
-template <class List, class T = void, class Op = void, class F>
+// (void: no reduction): a ring needs a commutative op; and only those that run over the
+// transport Tp: one_shot needs a direct_transport.
+template <class Tp, class List, class T = void, class Op = void, class F>
 void for_each_algo(F&& f) {
     auto const one = [&]<chorus::detail::collective_kind K, class A>() {
-        if constexpr (chorus::detail::schedule_applies<K, A, T, Op>) f.template operator()<A>();
+        if constexpr (chorus::detail::schedule_applies<K, A, T, Op> && chorus::detail::schedule_serves<A, Tp>) f.template operator()<A>();
     };
     [&]<chorus::detail::collective_kind K, class... A>(chorus::detail::algorithms<K, A...>) {
         (one.template operator()<K, A>(), ...);
@@ -79,7 +82,7 @@ T payload(rank_t r, std::size_t i) {
 template <class Tp>
 void allreduce(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::detail::allreduce_algorithms>(
+    for_each_algo<Tp, chorus::detail::allreduce_algorithms>(
         [&]<class Algo>() {
             for_each_type<int, float, double>([&]<class T>() {
                 for_each_op<T>([&](op_kind k, auto op) {
@@ -99,7 +102,7 @@ void allreduce(Tp& tp, failures& f) {
 template <class Tp>
 void allreduce_noncommutative(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::detail::allreduce_algorithms, mat2, matmul>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::allreduce_algorithms, mat2, matmul>([&]<class Algo>() {
         for (std::size_t n : sizes(p)) {
             std::vector<mat2> v(n);
             for (std::size_t i = 0; i < n; ++i) v[i] = matrix(tp.rank(), i);
@@ -235,7 +238,7 @@ void reduce_scatter(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
     auto const up = static_cast<std::size_t>(p);
-    for_each_algo<chorus::detail::reduce_scatter_algorithms>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::reduce_scatter_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for_each_op<T>([&](op_kind k, auto op) {
                 for (std::size_t n : sizes(p)) {
@@ -248,7 +251,7 @@ void reduce_scatter(Tp& tp, failures& f) {
             });
         });
     });
-    for_each_algo<chorus::detail::reduce_scatter_algorithms, mat2, matmul>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::reduce_scatter_algorithms, mat2, matmul>([&]<class Algo>() {
         for (std::size_t n : sizes(p)) {
             std::vector<mat2> send(up * n), recv(n);
             for (std::size_t i = 0; i < up * n; ++i) send[i] = matrix(me, i);
@@ -263,7 +266,7 @@ void reduce_scatter(Tp& tp, failures& f) {
 template <class Tp>
 void broadcast(Tp& tp, failures& f) {
     rank_t const p = tp.size();
-    for_each_algo<chorus::detail::broadcast_algorithms>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::broadcast_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (rank_t root : roots(p))
                 for (std::size_t n : sizes(p)) {
@@ -323,7 +326,7 @@ template <class Tp>
 void allgather(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     auto const up = static_cast<std::size_t>(p);
-    for_each_algo<chorus::detail::allgather_algorithms>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::allgather_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (std::size_t n : sizes(p)) {
                 std::vector<T> mine(n), all(up * n, T{-1});
@@ -346,7 +349,7 @@ void alltoall(Tp& tp, failures& f) {
     auto const block_value = [](rank_t i, rank_t j, std::size_t k) {
         return (i * 100 + j) * 10000 + static_cast<long long>(k);
     };
-    for_each_algo<chorus::detail::alltoall_algorithms>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::alltoall_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for (std::size_t n : sizes(p)) {
                 std::vector<T> send(up * n), recv(up * n, T{-1});
@@ -466,7 +469,7 @@ template <class Tp>
 void reduce_scatter_v(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
-    for_each_algo<chorus::detail::reduce_scatterv_algorithms>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::reduce_scatterv_algorithms>([&]<class Algo>() {
         for_each_type<int, float, double>([&]<class T>() {
             for_each_op<T>([&](op_kind k, auto op) {
                 for (std::size_t n : sizes(p)) {
@@ -482,7 +485,7 @@ void reduce_scatter_v(Tp& tp, failures& f) {
             });
         });
     });
-    for_each_algo<chorus::detail::reduce_scatterv_algorithms, mat2, matmul>([&]<class Algo>() {
+    for_each_algo<Tp, chorus::detail::reduce_scatterv_algorithms, mat2, matmul>([&]<class Algo>() {
         for (std::size_t n : sizes(p)) {
             auto const counts = skewed_counts(p, n);
             std::vector<mat2> send(offset_of(counts, p));
@@ -503,14 +506,14 @@ void in_place(Tp& tp, failures& f) {
     rank_t const me = tp.rank();
     auto const up = static_cast<std::size_t>(p);
     for (std::size_t n : sizes(p)) {
-        for_each_algo<chorus::detail::allgather_algorithms>([&]<class Algo>() {
+        for_each_algo<Tp, chorus::detail::allgather_algorithms>([&]<class Algo>() {
             std::vector<double> all(up * n, -1.0);
             for (std::size_t i = 0; i < n; ++i) all[static_cast<std::size_t>(me) * n + i] = payload<double>(me, i);
             chorus::allgather<Algo>(tp, all);
             compare(f, label("allgather", algo_name<Algo>(), p, n, "in place"), all,
                     [&](std::size_t x) { return payload<double>(static_cast<rank_t>(x / n), x % n); });
         });
-        for_each_algo<chorus::detail::alltoall_algorithms>([&]<class Algo>() {
+        for_each_algo<Tp, chorus::detail::alltoall_algorithms>([&]<class Algo>() {
             std::vector<int> data(up * n);
             for (std::size_t x = 0; x < up * n; ++x) data[x] = me * 100000 + static_cast<int>(x);
             chorus::alltoall<Algo>(tp, data);
@@ -699,9 +702,27 @@ void nonblocking(Tp& tp, failures& f) {
     }
 }
 
+/// barrier, every algorithm: no rank leaves before the last one arrived (it arrives 100 ms
+/// after leaving an allreduce with the others; a rank that leaves before 50 ms fails)
+template <class Tp>
+void barrier(Tp& tp, failures& f) {
+    for_each_algo<Tp, chorus::detail::barrier_algorithms>([&]<class Algo>() {
+        std::vector<int> one{1};
+        chorus::allreduce(tp, one);  // everyone arrived: the ranks leave it at about the same time
+        auto const left = std::chrono::steady_clock::now();
+        if (tp.rank() == tp.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        chorus::barrier<Algo>(tp);
+        auto const waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - left);
+        if (tp.size() > 1 && waited < std::chrono::milliseconds(50))
+            f.add(label("barrier", algo_name<Algo>(), tp.size(), 0) + "rank " + std::to_string(tp.rank()) + " left after " +
+                  std::to_string(waited.count()) + " ms, before the last rank arrived");
+    });
+}
+
 /// Every check above, in a fixed order (all ranks must run the same sequence).
 template <class Tp>
 void all(Tp& tp, failures& f) {
+    barrier(tp, f);
     allreduce(tp, f);
     allreduce_noncommutative(tp, f);
     allreduce_user_commutative(tp, f);

@@ -14,6 +14,7 @@
 #include <chorus/transport/tcp/net.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -128,8 +129,8 @@ using staged_runner = threaded_runner<staged_factory>;
 
 /// Shared memory, joined over a TCP bootstrap: default rings with remote reads from 32 KiB
 /// (process_vm_readv), and rings of one page with no remote reads (every message of more than
-/// 984 bytes in parts, the ring wrapping all the time).
-template <std::size_t RingBytes, std::size_t RemoteBytes>
+/// 984 bytes in parts, the ring wrapping all the time); one_shot rounds of at most DirectBytes.
+template <std::size_t RingBytes, std::size_t RemoteBytes, std::size_t DirectBytes = 16 * 1024>
 struct shm_factory {
     using transport = chorus::shm_transport;
     static void make(std::optional<transport>& tp, chorus::tcp_config c) {
@@ -137,14 +138,20 @@ struct shm_factory {
         s.timeout = c.timeout;
         s.ring_bytes = RingBytes;
         s.remote_bytes = RemoteBytes;
+        s.direct_bytes = DirectBytes;
         chorus::tcp_transport bootstrap(std::move(c));
         tp.emplace(bootstrap, s);
     }
 };
 using shm_runner = threaded_runner<shm_factory<256 * 1024, 32 * 1024>>;
 using shm_ring_runner = threaded_runner<shm_factory<4096, 0>>;
+/// one_shot rounds of 64 bytes: every collective of more than a few elements takes many.
+using shm_rounds_runner = threaded_runner<shm_factory<4096, 0, 64>>;
 static_assert(chorus::transport<chorus::shm_transport>);
 static_assert(chorus::host_transport<chorus::shm_transport>);
+static_assert(chorus::direct_transport<chorus::shm_transport>);
+static_assert(!chorus::direct_transport<chorus::tcp_transport>);
+static_assert(!chorus::direct_transport<staged_model>);
 static_assert(chorus::transport<staged_model>);
 static_assert(chorus::host_transport<staged_model>);
 
@@ -1051,4 +1058,84 @@ TEST_CASE("tcp: connections inside one host use Reno unless CHORUS_TCP_CONGESTIO
     chorus::tcp_config ok;
     ok.congestion = "reno";  // allowed everywhere: a group of one forms
     CHECK_NOTHROW(chorus::tcp_transport{ok});
+}
+
+TEST_CASE("shm: one_shot collectives in one round and in many agree with the oracle, at 1 to 4 ranks") {
+    // Every algorithm of the collectives one_shot serves (one_shot included: shm is a
+    // direct_transport), every op and type, sizes {0, 1, p-1, p+1, 4099}: with 16 KiB rounds
+    // (4099 doubles take two) and with 64-byte rounds (alltoall at 4 ranks: 2 doubles of every
+    // block per round, 2050 rounds).
+    auto const run = [&]<class Runner>(Runner, char const* what) {
+        for (rank_t p : {1, 2, 3, 4}) {
+            CAPTURE(p);
+            CAPTURE(what);
+            oracle::failures f;
+            Runner::run(p, [&](chorus::shm_transport& tp) {
+                checks::barrier(tp, f);
+                checks::allreduce(tp, f);
+                checks::allreduce_noncommutative(tp, f);
+                checks::reduce_scatter(tp, f);
+                checks::broadcast(tp, f);
+                checks::allgather(tp, f);
+                checks::alltoall(tp, f);
+                checks::in_place(tp, f);
+            }, std::chrono::milliseconds(60000));
+            CHECK_MESSAGE(f.count() == 0, f.report());
+        }
+    };
+    run(shm_runner{}, "16 KiB rounds");
+    run(shm_rounds_runner{}, "64-byte rounds");
+}
+
+TEST_CASE("shm: ranks that call a collective differently fail alike, whichever side of the one_shot limit they are on") {
+    auto const outcome = [](std::size_t n0, std::size_t n1) {
+        std::vector<std::string> errors(3);
+        std::mutex mutex;
+        try {
+            shm_runner::run(3, [&](chorus::shm_transport& tp) {
+                std::vector<double> v(tp.rank() == 1 ? n1 : n0, 1.0);
+                try {
+                    chorus::allreduce(tp, v);
+                } catch (chorus::error const& e) {
+                    std::lock_guard lock(mutex);
+                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
+                }
+            }, std::chrono::milliseconds(20000));
+        } catch (...) {
+        }
+        return errors;
+    };
+    // All three exchange directly: each sees rank 1's shape, and says so in the same words.
+    for (auto const& e : outcome(8, 9)) {
+        CHECK_MESSAGE(e.find("rank 1 called allreduce with 72 bytes, rank 0 allreduce with 64 bytes") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
+    }
+    // Rank 1 sends messages (recursive doubling), the others wait for its block: an error on
+    // every rank within a wait's spin and check, not the 20 s timeout.
+    auto const start = std::chrono::steady_clock::now();
+    for (auto const& e : outcome(8, 100000)) {
+        CHECK_MESSAGE(e.find("different sizes") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
+    }
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
+TEST_CASE("shm: one_shot over a round too small for one element of every block fails every rank") {
+    std::vector<std::string> errors(3);
+    std::mutex mutex;
+    try {
+        shm_rounds_runner::run(3, [&](chorus::shm_transport& tp) {
+            std::vector<double> send(30, 1.0), recv(30);  // 3 blocks of 10: a round of 64 bytes holds 2 of each
+            chorus::alltoall<chorus::one_shot>(tp, send, recv);
+            std::vector<std::array<double, 4>> big(3), out(3);  // 32 bytes x 3 ranks > 64: no round holds one of each
+            try {
+                chorus::alltoall<chorus::one_shot>(tp, big, out);
+            } catch (chorus::error const& e) {
+                std::lock_guard lock(mutex);
+                errors[static_cast<std::size_t>(tp.rank())] = e.what();
+            }
+        }, std::chrono::milliseconds(20000));
+    } catch (...) {
+    }
+    for (auto const& e : errors) CHECK_MESSAGE(e.find("one_shot needs 96 bytes in a round, more than this transport's direct_bytes (64") != std::string::npos, e);
 }

@@ -33,9 +33,9 @@ void tree_reduce_steps(Transport& tp, tag_t tag, Tree const& tree, std::span<T c
     rank_t const me = tp.rank();
     auto const parents = tree.parents(me);
     auto const children = tree.children(me);
-    if (children.empty()) {
-        if (parents.empty() && acc.data() != own.data()) space::copy(acc, own);
-        else send(tp, tag, parents[0], own);
+    if (children.empty()) {  // a leaf, or the only rank (in place or not: nothing to send)
+        if (!parents.empty()) send(tp, tag, parents[0], own);
+        else if (acc.data() != own.data()) space::copy(acc, own);
         return;
     }
     if (acc.data() != own.data()) space::copy(acc, own);

@@ -47,11 +47,20 @@ constexpr void unsupported_algorithm() {
                   "detail::algorithms<kind, tags...> in this instantiation, and chorus::automatic");
 }
 
+// A tag whose schedule needs more of the transport than it has (schedule_serves).
+template <class Algo, class Transport>
+constexpr void unserved_algorithm() {
+    static_assert(always_false<Algo>,
+                  "chorus: this algorithm does not run over this transport (one_shot needs a direct_transport: "
+                  "shm_transport; see docs/concepts.md#direct_transport)");
+}
+
 template <collective_kind K, class Algo, class Transport, class... Args>
 void run_schedule(Transport& tp, Args&... args) {
     static_assert(!std::is_null_pointer_v<std::remove_cv_t<decltype(schedule<K, Algo>)>>,
                   "chorus: an algorithm of a collective's list has no schedule: include its header");
-    schedule<K, Algo>(tp, args...);
+    if constexpr (schedule_serves<Algo, Transport>) schedule<K, Algo>(tp, args...);
+    else unserved_algorithm<Algo, Transport>();
 }
 
 // Runs the algorithm called `name` among those of `Algos` that apply to (T, Op); false if
@@ -60,7 +69,7 @@ template <collective_kind K, class T, class Op, class... Algos, class Transport,
 bool run_named(std::string_view name, Transport& tp, Args&... args) {
     bool ran = false;
     auto const one = [&]<class A>() {
-        if constexpr (schedule_applies<K, A, T, Op>) {
+        if constexpr (schedule_applies<K, A, T, Op> && schedule_serves<A, Transport>) {
             if (!ran && name == A::name) {
                 run_schedule<K, A>(tp, args...);
                 ran = true;
@@ -77,7 +86,7 @@ template <class T, class Op, collective_kind K, class... Algos, class Transport,
 void run_automatic(algorithms<K, Algos...>, Transport& tp, std::size_t bytes, Choose const& choose, Args&... args) {
     std::array<std::string_view, sizeof...(Algos)> allowed{};
     std::size_t n = 0;
-    ((schedule_applies<K, Algos, T, Op> ? void(allowed[n++] = Algos::name) : void()), ...);
+    ((schedule_applies<K, Algos, T, Op> && schedule_serves<Algos, Transport> ? void(allowed[n++] = Algos::name) : void()), ...);
     std::string_view const name = decide(tp, kind_name(K), bytes, choose(), std::span<std::string_view const>(allowed.data(), n));
     if (!run_named<K, T, Op, Algos...>(name, tp, args...)) {
         std::string const what = std::string(kind_name(K)) + ": the automatic choice '" + std::string(name) + "' does not apply";

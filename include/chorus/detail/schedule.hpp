@@ -34,4 +34,9 @@ inline constexpr auto schedule = nullptr;
 template <collective_kind K, class Algo, class T, class Op>
 inline constexpr bool schedule_applies = true;
 
+/// Whether algorithm `Algo` runs over `Transport`: every one does over every transport, but
+/// those that need more than the transport concept (one_shot: a direct_transport).
+template <class Algo, class Transport>
+inline constexpr bool schedule_serves = true;
+
 } // namespace chorus::detail

@@ -9,12 +9,17 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+
+#include <unistd.h>  // environ
 
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/transport/concepts.hpp>
 
 namespace chorus::detail {
 
@@ -24,11 +29,65 @@ constexpr std::string_view trim(std::string_view s) noexcept {
     return s;
 }
 
+/// getenv for the variables every automatic collective reads (CHORUS_ALGO, CHORUS_DEBUG), in
+/// O(1) while the environment keeps its shape. glibc's getenv compares every variable: 30 ns
+/// each for 40 variables, and on one host a whole 8-byte allreduce takes 400 ns
+/// (docs/algorithms.md). This remembers where the variable was, or that it was absent, and
+/// checks that the environment still says so: the entry it was found in still names it (setenv
+/// replaces the entry, so the value read is always the current one), or for an absent one the
+/// array, its length and its last entry are unchanged (setenv appends, unsetenv shifts). Any
+/// other change makes it search again. One per thread: threads that read it never share state.
+class env_probe {
+public:
+    explicit env_probe(std::string_view name) noexcept : name_(name) {}
+
+    char const* get() noexcept {
+        char** const env = environ;
+        if (env != nullptr && env == array_) {
+            if (found_) {
+                char const* e = env[index_];
+                if (e != nullptr && names(e)) return e + name_.size() + 1;
+            } else if (env[count_] == nullptr && (count_ == 0 || env[count_ - 1] == last_)) {
+                return nullptr;
+            }
+        }
+        return search(env);
+    }
+
+private:
+    bool names(char const* entry) const noexcept {
+        return std::strncmp(entry, name_.data(), name_.size()) == 0 && entry[name_.size()] == '=';
+    }
+    char const* search(char** env) noexcept {
+        array_ = env;
+        found_ = false;
+        count_ = 0;
+        last_ = nullptr;
+        if (env == nullptr) return nullptr;
+        char const* value = nullptr;
+        for (; env[count_] != nullptr; ++count_) {
+            if (!found_ && names(env[count_])) {
+                found_ = true;
+                index_ = count_;
+                value = env[count_] + name_.size() + 1;
+            }
+        }
+        if (count_ != 0) last_ = env[count_ - 1];
+        return value;
+    }
+
+    std::string_view name_;
+    char** array_ = nullptr;
+    std::size_t index_ = 0, count_ = 0;
+    char* last_ = nullptr;
+    bool found_ = false;
+};
+
 /// The algorithm CHORUS_ALGO names for `collective`, or "" (read on every call, so tests and
-/// programs may change it between collectives; the cost is one getenv next to a network
-/// round trip).
+/// programs may change it between collectives).
 inline std::string env_algorithm(std::string_view collective) {
-    char const* env = std::getenv("CHORUS_ALGO");
+    thread_local env_probe probe("CHORUS_ALGO");
+    char const* env = probe.get();
     if (env == nullptr) return {};
     std::string_view rest(env);
     while (!rest.empty()) {
@@ -43,7 +102,8 @@ inline std::string env_algorithm(std::string_view collective) {
 }
 
 inline bool debug_enabled() noexcept {
-    char const* env = std::getenv("CHORUS_DEBUG");
+    thread_local env_probe probe("CHORUS_DEBUG");
+    char const* env = probe.get();
     return env != nullptr && *env != '\0' && std::string_view(env) != "0";
 }
 
@@ -142,6 +202,20 @@ inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
     if (p >= alltoall_bruck_min_ranks && block_bytes <= alltoall_bruck_block_bytes)
         return {bruck::name, "many ranks, tiny blocks: log p rounds"};
     return {pairwise::name, "pairwise rounds in flight"};
+}
+
+// Over a transport whose ranks read each other's memory (direct_transport), a collective
+// whose published block fits the transport's direct slot runs in one round (one_shot): one
+// flag per peer instead of messages. The slot's size (shm_config::direct_bytes) is where the
+// one round stops paying: measured in docs/algorithms.md.
+template <class T, class Transport>
+choice prefer_direct(Transport& tp, std::size_t block_bytes, choice otherwise) {
+    if constexpr (direct_transport<Transport>) {
+        bool aligned = true;
+        if constexpr (!std::is_void_v<T>) aligned = alignof(T) <= direct_alignment;
+        if (aligned && block_bytes <= tp.direct_bytes()) return {one_shot::name, "ranks read each other's memory: one round"};
+    }
+    return otherwise;
 }
 
 /// The front doors' decision: the automatic choice, CHORUS_ALGO applied, logged. A bad

@@ -68,6 +68,32 @@ concept transport = requires(T& t, T const& ct, rank_t peer, tag_t tag,
     { t.abort(reason) } noexcept;
 };
 
+/// Blocks of a direct exchange start at addresses aligned to this (direct_transport).
+inline constexpr std::size_t direct_alignment = 32;
+
+/// A transport whose ranks read each other's memory where it lies (one host's shared memory;
+/// one node's GPUs through CUDA IPC): the one_shot collectives run over it in a single round
+/// of `exchange` (docs/concepts.md#direct_transport).
+/// - `exchange(pieces, agreed, tag)` publishes this rank's block, the concatenation of
+///   `pieces` (at most `direct_bytes()` bytes in all, possibly none), with a word `agreed`, and
+///   returns once every rank of the group published its block of the same round (every rank
+///   calls it, in the same order as its collectives). It waits as a receive does: bounded by
+///   the timeout, failing as a receive of `tag` from the rank it waits for, moving the
+///   transport's messages meanwhile.
+/// - Until this rank's next `exchange`, `block(r)` views rank r's block of the round (aligned
+///   to direct_alignment) and `agreed(r)` its word; this rank's own block included.
+/// - A rank publishes round k + 2 only after every rank published round k + 1, which each does
+///   once done reading round k: two slots per rank keep every block readable for its round,
+///   without a handshake.
+template <class T>
+concept direct_transport = transport<T> && requires(T& t, T const& ct, std::span<std::span<std::byte const> const> pieces,
+                                                    std::uint64_t word, tag_t tag, rank_t r) {
+    { ct.direct_bytes() } noexcept -> std::same_as<std::size_t>;
+    t.exchange(pieces, word, tag);
+    { ct.block(r) } noexcept -> std::same_as<std::span<std::byte const>>;
+    { ct.agreed(r) } noexcept -> std::same_as<std::uint64_t>;
+};
+
 /// A transport whose buffers are ordinary host memory (`std::vector`, arrays).
 template <class T>
 concept host_transport = transport<T> && std::same_as<typename T::memory_space, host_memory>;

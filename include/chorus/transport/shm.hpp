@@ -52,6 +52,8 @@ inline shm_config shm_config_from_env(char const* caller = "shm_transport::confi
     if (c.ring_bytes % 4096 != 0) env.fail("CHORUS_SHM_RING_BYTES must be a multiple of 4096: " + std::to_string(c.ring_bytes));
     c.stopped_limit = std::chrono::milliseconds(5 * env.number_at_least("CHORUS_HEARTBEAT_MS", 0, c.stopped_limit.count() / 5));
     if (std::string fd = env.get({"CHORUS_BLAME_FD"}); !fd.empty()) c.blame_fd = static_cast<int>(env.number(fd, "CHORUS_BLAME_FD"));
+    c.direct_bytes = static_cast<std::size_t>(
+        env.number_at_least("CHORUS_SHM_DIRECT_BYTES", 0, static_cast<long long>(c.direct_bytes)));
     c.remote_bytes = static_cast<std::size_t>(
         env.number_at_least("CHORUS_SHM_REMOTE_BYTES", 0, static_cast<long long>(c.remote_bytes)));
     return c;
@@ -121,6 +123,14 @@ public:
         return {engine_.get(), engine_->irecv(peer, tag, bytes)};
     }
     std::uint64_t next_sequence() noexcept { return sequence_++; }
+
+    // direct_transport (transport/concepts.hpp): the blocks of one_shot collectives.
+    std::size_t direct_bytes() const noexcept { return engine_->direct_bytes(); }
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        engine_->exchange(pieces, agreed, tag);
+    }
+    std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
+    std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {
         try {
             if (engine_) engine_->abort(rank(), reason ? reason : "aborted");

@@ -16,6 +16,13 @@
 // Pairs where that read is refused (a container's seccomp filter, a hardened ptrace policy;
 // probed at set-up) use the ring for everything.
 //
+// Direct exchanges (exchange(), for the one_shot collectives: transport/concepts.hpp,
+// direct_transport). Every rank writes its block into a slot of its own segment and stamps it
+// with the round's number; every rank then reads its peers' blocks where they are, in their
+// segments. A small block travels in the cache line that announces it: an 8-byte allreduce of
+// two ranks costs each rank one line written and one line read, against a ring's record out,
+// record in, and the matching of a receive.
+//
 // Progress, in the caller's thread, as for TCP: isend writes what fits at once; every wait()
 // and test() drains every ring into posted receives (or the unexpected queue) and pushes every
 // queued send, so the progress rule holds whatever order the ranks post in.
@@ -74,6 +81,10 @@ struct shm_config {
     /// 2-5 GB/s and ten times less into pages it has not written before, while the two copies
     /// through a ring that stays in cache run on both cores at once, 2-3x faster at 1-64 MiB.
     std::size_t remote_bytes = 0;
+    /// The largest block a rank publishes in one direct exchange (CHORUS_SHM_DIRECT_BYTES):
+    /// one_shot collectives up to this size; each rank's segment holds two slots of it. 0: no
+    /// direct exchanges. Measured crossover with the ring algorithms: docs/algorithms.md.
+    std::size_t direct_bytes = 16 * 1024;
     /// How long a wait polls before it sleeps (CHORUS_SPIN_US).
     std::chrono::microseconds spin{50};
     /// A peer whose process stays stopped (SIGSTOP, a debugger) this long while this rank waits
@@ -92,6 +103,7 @@ struct shm_op : message_op {
     std::size_t offset = 0;  // send: payload bytes written; receive: bytes arrived
     std::uint64_t id = 0;    // a remote send's number (its ack names it)
     bool started = false;    // a send whose first record is written
+    bool direct = false;     // not a message: exchange() waiting for the peer's block
 };
 
 /// A message that arrived before its receive: its bytes (as far as they came), or where to
@@ -118,13 +130,15 @@ public:
     template <class Allgather>
     shm_engine(rank_t me, rank_t size, shm_config const& config, Allgather&& allgather, std::vector<rank_t> const& members = {})
         : me_(me), timeout_(config.timeout), spin_(config.spin), slot_(slots_of(size, members)),
-          layout_{config.ring_bytes, static_cast<std::size_t>(std::ranges::count_if(slot_, [](std::int32_t x) { return x >= 0; }))},
+          layout_{config.ring_bytes, static_cast<std::size_t>(std::ranges::count_if(slot_, [](std::int32_t x) { return x >= 0; })),
+                  config.direct_bytes},
           remote_bytes_(config.remote_bytes), part_bytes_(config.ring_bytes / 4), stopped_limit_(config.stopped_limit),
           blame_fd_(config.blame_fd), peers_(static_cast<std::size_t>(size)) {
         if (config.ring_bytes < 4096 || config.ring_bytes % 4096 != 0)
             throw invalid_argument("shm_transport: ring_bytes must be a positive multiple of 4096, got " +
                                    std::to_string(config.ring_bytes));
         set_up(std::forward<Allgather>(allgather));
+        oversubscribed_ = layout_.size > available_cpus();
     }
 
     shm_engine(shm_engine const&) = delete;
@@ -142,6 +156,46 @@ public:
     rank_t rank() const noexcept { return me_; }
     rank_t size() const noexcept { return static_cast<rank_t>(peers_.size()); }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+    /// The largest block of a direct exchange; 0: none (a group that spans hosts).
+    std::size_t direct_bytes() const noexcept { return layout_.size == peers_.size() ? layout_.direct_bytes : 0; }
+
+    /// One round of the direct exchange: publishes this rank's block, the concatenation of
+    /// `pieces` (at most direct_bytes() in all), with the word `agreed`, and returns once every
+    /// rank published its block of this round; `block(r)` and `agreed(r)` then show rank r's
+    /// until this rank's next round. Waits as wait() does (moving messages meanwhile), bounded
+    /// by the timeout, and fails as a receive of `tag` from the rank it waits for would.
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        throw_if_failed();
+        if (layout_.size != peers_.size()) throw invalid_argument("shm_transport: no direct exchange in a group that spans hosts");
+        std::size_t bytes = 0;
+        for (auto const& piece : pieces) bytes += piece.size();
+        if (bytes > direct_bytes())
+            throw invalid_argument("shm_transport: a direct block of " + std::to_string(bytes) + " bytes exceeds direct_bytes " +
+                                   std::to_string(direct_bytes()));
+        std::uint64_t const round = ++round_;
+        direct_slot* own = layout_.slot(own_map_.base(), round);
+        own->agreed = agreed;
+        own->bytes = bytes;
+        own->tag = tag;
+        std::byte* to = reinterpret_cast<std::byte*>(own) + direct_block_offset;
+        for (auto const& piece : pieces) {
+            if (!piece.empty()) std::memcpy(to, piece.data(), piece.size());
+            to += piece.size();
+        }
+        own->round.store(round, std::memory_order_release);
+        for (auto& q : peers_)
+            if (&q != &peer_of(me_)) ring_doorbell(*q.header);
+        for (auto& q : peers_) {
+            direct_slot const* theirs = layout_.slot(q.map.base() ? q.map.base() : own_map_.base(), round);
+            if (theirs->round.load(std::memory_order_acquire) != round) wait_published(*theirs, round, sender_of(q), tag);
+        }
+    }
+    std::span<std::byte const> block(rank_t r) const noexcept {
+        direct_slot const* s = published(r);
+        return {reinterpret_cast<std::byte const*>(s) + direct_block_offset, static_cast<std::size_t>(s->bytes)};
+    }
+    std::uint64_t agreed(rank_t r) const noexcept { return published(r)->agreed; }
+
     /// Whether messages to `peer` of remote_bytes and more are read from this rank's memory.
     bool reads_remote(rank_t peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].remote_ok; }
 
@@ -194,7 +248,7 @@ public:
                 if (op->done) break;
                 if (companion_ && idle.polls % 64 == 63) companion_->poke();
                 check_failed(*op);
-                if (!pause(*op, idle, deadline)) break;
+                if (!pause(*op, idle, deadline, [&] { return op->done; })) break;
             }
         }
         if (!op->done) unpost(*op);
@@ -329,12 +383,17 @@ private:
         std::uint32_t pad;
         std::uint64_t ring_bytes;
         std::uint64_t probe;
+        std::uint64_t direct_bytes;
         char host[112];
     };
     static constexpr std::uint64_t probe_value = 0x63686f7275732121;  // "chorus!!"
     static constexpr std::size_t verdict_text = 256;
 
     peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
+    direct_slot const* published(rank_t r) const noexcept {
+        std::byte* const base = peers_[static_cast<std::size_t>(r)].map.base();
+        return layout_.slot(base ? base : own_map_.base(), round_);
+    }
     std::size_t ring_bytes() const noexcept { return layout_.ring_bytes; }
     bool goes_remote(peer_state const& s, std::size_t n) const noexcept {
         return s.remote_ok && remote_bytes_ != 0 && n >= remote_bytes_;
@@ -358,6 +417,7 @@ private:
         mine.pid = static_cast<std::int64_t>(::getpid());
         mine.fd = fd.get();
         mine.ring_bytes = layout_.ring_bytes;
+        mine.direct_bytes = layout_.direct_bytes;
         mine.probe = reinterpret_cast<std::uintptr_t>(&probe_);
         std::string const host = host_identity();
         std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
@@ -397,8 +457,8 @@ private:
             auto const* v = verdicts.data() + r * verdict.size();
             if (v[0] != std::byte{0}) {
                 std::string const why(reinterpret_cast<char const*>(v), strnlen(reinterpret_cast<char const*>(v), verdict_text));
-                if (v[verdict_text + p] != std::byte{0}) throw agreed<invalid_argument>(why);
-                throw agreed<transport_error>(errc::connection_failed, static_cast<rank_t>(r),
+                if (v[verdict_text + p] != std::byte{0}) throw detail::agreed<invalid_argument>(why);
+                throw detail::agreed<transport_error>(errc::connection_failed, static_cast<rank_t>(r),
                                               "shm_transport: rank " + std::to_string(r) + " could not join: " + why);
             }
             peers_[r].remote_ok = v[verdict_text + static_cast<std::size_t>(me_)] != std::byte{0};
@@ -406,7 +466,7 @@ private:
         // fd closes here: every rank mapped the segment, no name is left anywhere.
     }
 
-    // Every member on this host, with the same ring size.
+    // Every member on this host, with the same ring and direct sizes.
     template <class HelloOf>
     void check_members(HelloOf const& hello_of, hello const& mine) const {
         auto const p = peers_.size();
@@ -422,6 +482,10 @@ private:
                 throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has ring_bytes " +
                                        std::to_string(h.ring_bytes) + ", rank " + std::to_string(me_) + " " +
                                        std::to_string(mine.ring_bytes) + " (CHORUS_SHM_RING_BYTES must agree)");
+            if (h.direct_bytes != mine.direct_bytes)
+                throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has direct_bytes " +
+                                       std::to_string(h.direct_bytes) + ", rank " + std::to_string(me_) + " " +
+                                       std::to_string(mine.direct_bytes) + " (CHORUS_SHM_DIRECT_BYTES must agree)");
         }
     }
 
@@ -679,6 +743,26 @@ private:
 
     // ---- waiting -----------------------------------------------------------------------------
 
+    // exchange(): waits until `slot` holds `round`, as a receive from `peer` would wait.
+    void wait_published(direct_slot const& slot, std::uint64_t round, rank_t peer, tag_t tag) {
+        shm_op op;  // what the wait is said to be for, in errors
+        op.peer = peer;
+        op.tag = tag;
+        op.direct = true;
+        auto const deadline = deadline_after(timeout_);
+        idle_state idle{std::chrono::steady_clock::now()};
+        auto const arrived = [&] { return slot.round.load(std::memory_order_acquire) == round; };
+        while (!arrived()) {
+            progress();
+            if (arrived()) break;
+            if (companion_ && idle.polls % 64 == 63) companion_->poke();
+            check_failed(op);
+            if (op.done || !pause(op, idle, deadline, arrived)) break;
+        }
+        if (arrived() && !op.done) return;
+        conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(me_, what); });
+    }
+
     void unpost(shm_op& op) noexcept {
         if (!op.is_send) peer_of(op.peer).queue.unpost(op);
     }
@@ -711,15 +795,18 @@ private:
         for (auto& q : peers_) q.queue.drop_receives();
     }
 
-    // One idle round of a wait on `op`: polls, yields or sleeps; false once the deadline passed.
-    bool pause(shm_op& op, idle_state& idle, std::chrono::steady_clock::time_point deadline) {
-        // Polls without a system call for a few microseconds (a message already on its way
-        // arrives within a cache miss or two: 1 us for an 8-byte allreduce at 2 ranks, 2.5 us
-        // when every idle poll yields), then yield: with more ranks than cores, the peer we
-        // wait for may need this very core. (64 x 8 pauses, up to 140 cycles each, held the
-        // core for 30 us: 8-byte steps at 4 ranks on 2 cores took 30-80 us.)
+    // One idle round of a wait on `op` (done(): what it waits for happened): polls, yields or
+    // sleeps; false once the deadline passed.
+    template <class Done>
+    bool pause(shm_op& op, idle_state& idle, std::chrono::steady_clock::time_point deadline, Done const& done) {
+        // With a core per rank, polls without a system call for the whole spin: a message on
+        // its way arrives within a cache miss or two, and a sched_yield (about a microsecond on
+        // a VM) is time in which the waiter cannot see it. With more ranks than cores the peer
+        // we wait for may need this very core: a few polls, then yield each time. (Before,
+        // every wait polled 256 times, up to 140 cycles each, before its first yield: an
+        // 8-byte allreduce of 4 ranks on 2 cores took 49 us; 12 us now, with one_shot rounds.)
         ++idle.polls;
-        if (idle.polls < 256) {
+        if (idle.polls < (oversubscribed_ ? 16u : 256u) || (!oversubscribed_ && idle.polls % 64 != 0)) {
             cpu_relax();
             return true;
         }
@@ -727,16 +814,16 @@ private:
         if (now >= deadline) return false;
         if (companion_) companion_->poke();
         if (now - idle.since < spin_) {
-            ::sched_yield();  // a rank of this host that has work goes first
+            if (oversubscribed_) ::sched_yield();  // a rank of this host that has work goes first
             return true;
         }
-        if (check_peers_due(now, op) && op.done) return true;
+        if (check_peers_due(now, op) && (op.done || done())) return true;
         // Sleep until a peer rings (it sees `sleeping`), a slice passes, or the deadline.
         own_->sleeping.store(1, std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         std::uint32_t const seen = own_->doorbell.load(std::memory_order_relaxed);
         progress();
-        if (!op.done && own_->failed_by.load(std::memory_order_relaxed) < 0)
+        if (!op.done && !done() && own_->failed_by.load(std::memory_order_relaxed) < 0)
             futex_wait(own_->doorbell, seen,
                        companion_sleep(companion_, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(10))));
         own_->sleeping.store(0, std::memory_order_relaxed);
@@ -777,6 +864,31 @@ private:
                 op.fail(errc::peer_failed, what);
             }
         }
+        if (op.peer != me_ && !op.done) check_direct_mismatch(s, op);
+    }
+
+    // Ranks that called one collective with sizes on either side of the one_shot limit: one
+    // waits for the other's block, the other sends messages (or waits for them). Both fail,
+    // saying so, instead of running into the timeout.
+    void check_direct_mismatch(peer_state& s, shm_op& op) {
+        bool mismatch = false;
+        if (op.direct) {
+            auto const it = s.queue.find_message(op, me_);
+            if (op.done) return;  // a message of another collective: find_message failed op
+            mismatch = it != s.queue.messages().end();
+        } else {
+            direct_slot const* a = layout_.slot(s.map.base(), 0);
+            direct_slot const* b = layout_.slot(s.map.base(), 1);
+            direct_slot const* newest = a->round.load(std::memory_order_acquire) > b->round.load(std::memory_order_acquire) ? a : b;
+            mismatch = newest->round.load(std::memory_order_acquire) != 0 && newest->tag == op.tag;
+        }
+        if (!mismatch) return;
+        std::string const what = "rank " + std::to_string(me_) + (op.direct ? " exchanges " : " waits for messages of ") +
+                                 describe_tag(op.tag) + " but rank " + std::to_string(op.peer) +
+                                 (op.direct ? " sends it messages" : " exchanges it directly (one_shot)") +
+                                 ": the ranks called it with different sizes";
+        abort(me_, what);
+        op.fail(errc::size_mismatch, what);
     }
 
     // Whether a peer's process exited without leaving the group (it is blamed on every rank)
@@ -849,6 +961,8 @@ private:
     rank_header* own_ = nullptr;
     group_failure failure_;
     std::uint64_t last_id_ = 0;
+    std::uint64_t round_ = 0;  // of direct exchanges
+    bool oversubscribed_ = true;  // more ranks share this host than this process may run on: yield when idle
     std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()
     std::uint64_t const probe_ = probe_value;  // read by peers at set-up to probe remote reads
 };

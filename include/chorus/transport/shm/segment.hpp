@@ -10,7 +10,8 @@
 // POSIX segment unlinked right after mapping still leaks if a rank dies between creating and
 // unlinking it); the memory goes when the last process that maps it exits.
 //
-// Layout of rank r's segment: its header (one page), then one ring per sender s (s = r
+// Layout of rank r's segment: its header (one page), its two direct slots (the blocks of its
+// direct exchanges, alternate rounds; see direct_slot), then one ring per sender s (s = r
 // included): a ring_header (the sender's head and the receiver's tail, a cache line each, so
 // that the two sides never write one line) and the ring's bytes. Everything a peer writes into
 // r's segment is a ring it is the only writer of, or an atomic of r's header.
@@ -19,6 +20,7 @@
 // to 64 bytes (an 8-byte message is one cache line). A record never wraps: one that would is
 // preceded by a `wrap` record filling the ring to its end.
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -33,6 +35,7 @@
 #include <utility>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/mman.h>
@@ -91,23 +94,46 @@ struct record_header {
 inline constexpr std::size_t record_header_bytes = sizeof(record_header);
 static_assert(record_header_bytes == 40);
 
+/// The head of one of a rank's two direct slots: the block it published in a direct exchange
+/// (shm_engine::exchange) follows at direct_block_offset. The owner writes the block, `agreed`
+/// and `bytes`, then `round` (release); a peer reads them once `round` is the round it waits
+/// for. Round r uses slot r % 2: the owner can reach round r + 2 only after every peer
+/// published round r + 1, which a peer does only once it is done reading round r.
+struct direct_slot {
+    std::atomic<std::uint64_t> round{0};
+    std::uint64_t agreed = 0;  // a word every rank of the round publishes alike (the collective's shape)
+    std::uint64_t bytes = 0;   // of the block
+    std::uint64_t tag = 0;     // of the collective: a peer that waits for a message of it was called otherwise
+};
+/// Where a slot's block starts: 32 bytes into the slot's first cache line, so that a block of
+/// up to 32 bytes travels in the line that announces it, aligned for any type up to 32 bytes.
+inline constexpr std::size_t direct_block_offset = 32;
+static_assert(sizeof(direct_slot) <= direct_block_offset);
+
 /// Bytes a record of `payload` bytes occupies.
 constexpr std::size_t record_bytes(std::size_t payload) noexcept { return round_up(record_header_bytes + payload, line); }
 
-/// Where things are in a segment of `size` rings of `ring_bytes` each.
+/// Where things are in a segment of `size` rings of `ring_bytes` each, with direct slots for
+/// blocks of up to `direct_bytes`.
 struct layout {
     std::size_t ring_bytes = 0;
     std::size_t size = 0;
+    std::size_t direct_bytes = 0;
 
     static constexpr std::size_t header_bytes = round_up(sizeof(rank_header), 4096);
+    std::size_t slot_stride() const noexcept { return round_up(direct_block_offset + direct_bytes, line); }
+    std::size_t rings_at() const noexcept { return header_bytes + 2 * slot_stride(); }
     std::size_t stride() const noexcept { return sizeof(ring_header) + ring_bytes; }
-    std::size_t total() const noexcept { return header_bytes + size * stride(); }
+    std::size_t total() const noexcept { return rings_at() + size * stride(); }
     static rank_header* header(std::byte* base) noexcept { return reinterpret_cast<rank_header*>(base); }
+    direct_slot* slot(std::byte* base, std::uint64_t round) const noexcept {
+        return reinterpret_cast<direct_slot*>(base + header_bytes + (round % 2) * slot_stride());
+    }
     ring_header* ring(std::byte* base, std::size_t sender) const noexcept {
-        return reinterpret_cast<ring_header*>(base + header_bytes + sender * stride());
+        return reinterpret_cast<ring_header*>(base + rings_at() + sender * stride());
     }
     std::byte* data(std::byte* base, std::size_t sender) const noexcept {
-        return base + header_bytes + sender * stride() + sizeof(ring_header);
+        return base + rings_at() + sender * stride() + sizeof(ring_header);
     }
 };
 
@@ -267,6 +293,14 @@ inline void ring_doorbell(rank_header& h, bool always = false) noexcept {
         h.doorbell.fetch_add(1, std::memory_order_seq_cst);
         futex_wake_all(h.doorbell);
     }
+}
+
+/// How many CPUs this process may run on (its affinity mask); 1 if that cannot be told.
+inline std::size_t available_cpus() noexcept {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+    return static_cast<std::size_t>(std::max(1, CPU_COUNT(&set)));
 }
 
 /// This host's boot id: ranks that report the same one (and the same PID namespace) can share

@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// What the one_shot collectives share (transport/concepts.hpp, direct_transport): the one
+// round that publishes this rank's block with the collective's shape, the check that every
+// rank called the collective alike, and typed views of the blocks.
+//
+// The shape (kind, root, bytes) travels with the block, so every rank sees every rank's: a
+// rank that called the collective differently is named by all of them, in the same words,
+// without another message. Ranks whose sizes fall on either side of the one_shot limit (one
+// exchanges, the other sends messages) are told apart by the transport (shm/engine.hpp).
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/detail/schedule.hpp>
+#include <chorus/detail/tags.hpp>
+#include <chorus/error.hpp>
+#include <chorus/fwd.hpp>
+#include <chorus/transport/concepts.hpp>
+
+namespace chorus::detail {
+
+/// Whether blocks of `T` sit aligned in a direct exchange (void: a collective without data).
+template <class T>
+constexpr bool direct_aligned() noexcept {
+    if constexpr (std::is_void_v<T>) return true;
+    else return alignof(T) <= direct_alignment;
+}
+
+// one_shot combines in rank order (any op) over a direct_transport only.
+template <collective_kind K, class T, class Op>
+inline constexpr bool schedule_applies<K, one_shot, T, Op> = direct_aligned<T>();
+template <class Transport>
+inline constexpr bool schedule_serves<one_shot, Transport> = direct_transport<Transport>;
+
+// kind (8 bits) | root + 1 (16 bits) | bytes (40 bits).
+constexpr std::uint64_t direct_shape(collective_kind kind, std::size_t bytes, rank_t root) noexcept {
+    return std::uint64_t{static_cast<std::uint8_t>(kind)} << 56 | (static_cast<std::uint64_t>(root + 1) & 0xffff) << 40 |
+           (static_cast<std::uint64_t>(bytes) & 0xffffffffff);
+}
+
+inline std::string describe_shape(std::uint64_t shape) {
+    auto const kind = static_cast<collective_kind>(shape >> 56);
+    auto const root = static_cast<rank_t>((shape >> 40) & 0xffff) - 1;
+    return std::string(kind_name(kind)) + " with " + std::to_string(shape & 0xffffffffff) + " bytes" +
+           (root >= 0 ? ", root " + std::to_string(root) : std::string());
+}
+
+/// The rounds of one one_shot collective: one tag and one shape (kind, root, the bytes every
+/// rank must agree on) for all; each round publishes this rank's block, at most the
+/// transport's direct_bytes, and returns once every rank's is readable (direct_block).
+template <direct_transport Transport>
+class direct_rounds {
+public:
+    direct_rounds(Transport& tp, collective_kind kind, std::size_t bytes, rank_t root = -1)
+        : tp_(tp), shape_(direct_shape(kind, bytes, root)), tag_(begin_collective(tp, kind)) {}
+
+    /// Elements of `unit` bytes that fit a round `per_unit` times (alltoall: p blocks of one
+    /// element each); at least 1, or the collective fails on every rank.
+    std::size_t per_round(std::size_t unit, std::size_t per_unit = 1) const {
+        std::size_t const n = tp_.direct_bytes() / (unit * per_unit);
+        if (n == 0)
+            fail_argument(tp_, describe_shape(shape_) + ": one_shot needs " + std::to_string(unit * per_unit) +
+                                   " bytes in a round, more than this transport's direct_bytes (" + std::to_string(tp_.direct_bytes()) +
+                                   ", CHORUS_SHM_DIRECT_BYTES)");
+        return n;
+    }
+
+    void operator()(std::span<std::span<std::byte const> const> pieces) {
+        tp_.exchange(pieces, shape_, tag_);
+        if (checked_) return;
+        checked_ = true;
+        for (rank_t r = 1; r < tp_.size(); ++r) {
+            std::uint64_t const theirs = tp_.agreed(r), first = tp_.agreed(0);
+            if (theirs == first) continue;
+            // Every rank compares with rank 0's, so every rank names the same rank and says the
+            // same, as a message of the wrong size or collective would.
+            bool const other_collective = theirs >> 56 != first >> 56;
+            bool const other_root = (theirs >> 40 & 0xffff) != (first >> 40 & 0xffff);
+            std::string const what = "rank " + std::to_string(tp_.rank()) + ": rank " + std::to_string(r) + " called " +
+                                     describe_shape(theirs) + ", rank 0 " + describe_shape(first) + ": " +
+                                     (other_collective ? "the ranks called different collectives"
+                                      : other_root     ? "their roots differ"
+                                                       : "their sizes differ");
+            tp_.abort(what.c_str());
+            throw transport_error(other_collective ? errc::tag_mismatch : errc::size_mismatch, r, what);
+        }
+    }
+    void operator()(std::span<std::byte const> block) { (*this)(std::span<std::span<std::byte const> const>(&block, 1)); }
+
+private:
+    Transport& tp_;
+    std::uint64_t shape_;
+    tag_t tag_;
+    bool checked_ = false;
+};
+
+/// The rounds that cover `n` elements, `k` per round: at least one (an empty collective still
+/// meets, and checks that every rank called it alike).
+constexpr std::size_t direct_round_count(std::size_t n, std::size_t k) noexcept { return n == 0 ? 1 : (n + k - 1) / k; }
+
+/// The pieces of one round's block, one per rank (alltoall, reduce_scatter): held inline up to
+/// 16 ranks, so that a small collective allocates nothing.
+class direct_pieces {
+public:
+    explicit direct_pieces(std::size_t n) : n_(n) {
+        if (n > inline_count) heap_.resize(n);
+    }
+    std::span<std::byte const>& operator[](std::size_t i) noexcept { return data()[i]; }
+    std::span<std::span<std::byte const> const> all() noexcept { return {data(), n_}; }
+
+private:
+    static constexpr std::size_t inline_count = 16;
+    std::span<std::byte const>* data() noexcept { return n_ > inline_count ? heap_.data() : inline_.data(); }
+    std::size_t n_;
+    std::array<std::span<std::byte const>, inline_count> inline_{};
+    std::vector<std::span<std::byte const>> heap_;
+};
+
+/// Rank r's block of the round as elements of T, from element `first`, `count` of them.
+template <class T, direct_transport Transport>
+std::span<T const> direct_block(Transport const& tp, rank_t r, std::size_t first, std::size_t count) noexcept {
+    return {reinterpret_cast<T const*>(tp.block(r).data()) + first, count};
+}
+template <class T, direct_transport Transport>
+std::span<T const> direct_block(Transport const& tp, rank_t r) noexcept {
+    return direct_block<T>(tp, r, 0, tp.block(r).size() / sizeof(T));
+}
+
+/// out = block 0 op block 1 op ... op block p-1 (elements `first` .. `first + out.size()` of
+/// each), in rank order, then the op's finish (AVG's division). This rank's part is read from
+/// `own` rather than from its published copy (a copy less to pull through the cache), unless
+/// `own` is `out` and the first step would have overwritten it (ranks 2 and up).
+template <class Transport, class T, class Op>
+void direct_fold(Transport const& tp, std::span<T const> own, std::span<T> out, std::size_t first, Op const& op) {
+    using space = typename Transport::memory_space;
+    rank_t const p = tp.size();
+    bool const own_intact = own.data() != out.data() || tp.rank() <= 1;
+    auto const part = [&](rank_t r) { return r == tp.rank() && own_intact ? own : direct_block<T>(tp, r, first, out.size()); };
+    if (p == 1) {
+        if (own.data() != out.data()) space::copy(out, own);
+    } else {
+        space::reduce(out, part(0), part(1), op);
+        for (rank_t r = 2; r < p; ++r) space::reduce(out, part(r), op, /*in_first=*/false);
+    }
+    space::finalize(out, op, p);
+}
+
+} // namespace chorus::detail

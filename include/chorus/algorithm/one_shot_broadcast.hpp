@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// SPDX-FileCopyrightText: chorus developers
+#pragma once
+
+// One-shot broadcast over a direct_transport (ranks that read each other's memory).
+// Schedule: rounds of the direct exchange, each of at most D bytes (the transport's
+// direct_bytes), in which the root publishes the next part of the vector and the other ranks
+// publish nothing; each of them then copies the root's part into its own vector.
+// Cost: R delta (R = ceil(nb / D)) + n * beta at the root + n * beta at every other rank, at
+// once: one round against the binomial tree's log2 p messages in sequence. For small vectors:
+// all p - 1 ranks read the root's memory at the same time.
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+
+#include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/direct.hpp>
+#include <chorus/detail/schedule.hpp>
+#include <chorus/transport/concepts.hpp>
+
+namespace chorus {
+
+/// Copies `data` from `root` to every rank, in place.
+template <direct_transport Transport, class T>
+void one_shot_broadcast(Transport& tp, std::span<T> data, rank_t root) {
+    detail::check_root(tp, root, "broadcast");
+    rank_t const me = tp.rank();
+    detail::direct_rounds round(tp, detail::collective_kind::broadcast, data.size_bytes(), root);
+    std::size_t const k = round.per_round(sizeof(T));
+    for (std::size_t c = 0, rounds = detail::direct_round_count(data.size(), k); c < rounds; ++c) {
+        std::span<T> const part = data.subspan(c * k, std::min(k, data.size() - c * k));
+        round(me == root ? detail::bytes_of(part) : std::span<std::byte const>());
+        if (me != root) Transport::memory_space::copy(part, detail::direct_block<T>(tp, root));
+    }
+}
+
+namespace detail {  // for the front door (detail/schedule.hpp)
+template <> inline constexpr auto schedule<collective_kind::broadcast, one_shot> = [](auto&... a) { one_shot_broadcast(a...); };
+}
+
+} // namespace chorus
