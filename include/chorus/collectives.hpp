@@ -118,7 +118,7 @@ void scan_door(Transport& tp, std::span<T const> send, std::span<T> recv, Op& op
 template <class Algo = automatic, transport Transport>
 void barrier(Transport& tp) {
     detail::run_collective<Algo, detail::barrier_algorithms, void, void>(
-        tp, 0, [&] { return detail::prefer_direct<void>(tp, 0, {dissemination::name, "the schedule of messages"}); });
+        tp, 0, [&] { return detail::prefer_direct<void>(tp, 0, 0, {dissemination::name, "the schedule of messages"}); });
 }
 
 /// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear,
@@ -128,7 +128,7 @@ template <class Algo = automatic, transport Transport, writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
     auto s = detail::to_span(data);
     detail::run_collective<Algo, detail::broadcast_algorithms, detail::element_t<R>, void>(
-        tp, s.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<R>>(tp, s.size_bytes(), detail::choose_broadcast(tp.size(), s.size_bytes())); },
+        tp, s.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<R>>(tp, s.size_bytes(), sizeof(detail::element_t<R>), detail::choose_broadcast(tp.size(), s.size_bytes())); },
         s, root);
 }
 
@@ -161,7 +161,7 @@ void allgather(Transport& tp, S const& send, R&& recv) {
     // By the gathered size, p times the block: what Bruck's log p messages carry.
     std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
     detail::run_collective<Algo, detail::allgather_algorithms, detail::element_t<S>, void>(
-        tp, gathered, [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), detail::choose_allgather(tp.size(), gathered)); },
+        tp, gathered, [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), sizeof(detail::element_t<S>), detail::choose_allgather(tp.size(), gathered)); },
         in, out);
 }
 
@@ -191,7 +191,7 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
         auto s = detail::to_span(data);
         detail::run_collective<Algo, detail::allreduce_algorithms, T, Op>(
             tp, s.size_bytes(),
-            [&] { return detail::prefer_direct<T>(tp, s.size_bytes(), detail::choose_allreduce_over(tp, s.size_bytes(), is_commutative_v<Op, T>)); },
+            [&] { return detail::prefer_direct<T>(tp, s.size_bytes(), sizeof(T), detail::choose_allreduce_over(tp, s.size_bytes(), is_commutative_v<Op, T>)); },
             s, op);
     }
 }
@@ -207,7 +207,7 @@ void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
         auto out = detail::to_span(recv);
         detail::run_collective<Algo, detail::reduce_scatter_algorithms, T, Op>(
             tp, in.size_bytes(),
-            [&] { return detail::prefer_direct<T>(tp, in.size_bytes(), detail::reduce_scatter_choice<Op, T>()); }, in, out, op);
+            [&] { return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()), detail::reduce_scatter_choice<Op, T>()); }, in, out, op);
     }
 }
 
@@ -220,7 +220,7 @@ void alltoall(Transport& tp, S const& send, R&& recv) {
     auto out = detail::to_span(recv);
     std::size_t const block_bytes = in.size_bytes() / static_cast<std::size_t>(tp.size());
     detail::run_collective<Algo, detail::alltoall_algorithms, detail::element_t<S>, void>(
-        tp, in.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), detail::choose_alltoall(tp.size(), block_bytes)); },
+        tp, in.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), sizeof(detail::element_t<S>) * static_cast<std::size_t>(tp.size()), detail::choose_alltoall(tp.size(), block_bytes)); },
         in, out);
 }
 

@@ -145,8 +145,10 @@ struct shm_factory {
 };
 using shm_runner = threaded_runner<shm_factory<256 * 1024, 32 * 1024>>;
 using shm_ring_runner = threaded_runner<shm_factory<4096, 0>>;
-/// one_shot rounds of 64 bytes: every collective of more than a few elements takes many.
+/// one_shot rounds of 64 bytes: every collective of more than a few elements takes many; and
+/// none at all (direct_bytes 0: the automatic choice never takes one_shot).
 using shm_rounds_runner = threaded_runner<shm_factory<4096, 0, 64>>;
+using shm_no_direct_runner = threaded_runner<shm_factory<4096, 0, 0>>;
 static_assert(chorus::transport<chorus::shm_transport>);
 static_assert(chorus::host_transport<chorus::shm_transport>);
 static_assert(chorus::direct_transport<chorus::shm_transport>);
@@ -1138,4 +1140,31 @@ TEST_CASE("shm: one_shot over a round too small for one element of every block f
     } catch (...) {
     }
     for (auto const& e : errors) CHECK_MESSAGE(e.find("one_shot needs 96 bytes in a round, more than this transport's direct_bytes (64") != std::string::npos, e);
+}
+
+TEST_CASE("shm: without direct slots the automatic choice sends messages; empty one_shot collectives take one empty round") {
+    std::atomic<int> done{0};
+    shm_no_direct_runner::run(3, [&](chorus::shm_transport& tp) {
+        CHECK(tp.direct_bytes() == 0);
+        std::vector<int> v(2, tp.rank()), none;
+        chorus::allreduce(tp, v);  // recursive doubling, not a one_shot that cannot take an element
+        chorus::allreduce(tp, none);
+        chorus::barrier(tp);
+        std::vector<int> all(3 * 2), send(3 * 2, tp.rank()), recv(3 * 2);
+        chorus::allgather(tp, v, all);
+        chorus::alltoall(tp, send, recv);
+        CHECK(v == std::vector<int>(2, 0 + 1 + 2));
+        CHECK(recv == std::vector<int>{0, 0, 1, 1, 2, 2});
+        chorus::barrier<chorus::one_shot>(tp);  // an empty round needs no slot
+        done.fetch_add(1);
+    }, std::chrono::milliseconds(20000));
+    CHECK(done.load() == 3);
+    shm_rounds_runner::run(3, [&](chorus::shm_transport& tp) {
+        std::vector<std::array<double, 4>> none_in, none_out;  // no round holds one of each of 3 blocks, none is needed
+        chorus::alltoall<chorus::one_shot>(tp, none_in, none_out);
+        chorus::reduce_scatter<chorus::one_shot>(tp, none_in, none_out, [](auto a, auto) { return a; });
+        chorus::alltoall(tp, none_in, none_out);
+        done.fetch_add(1);
+    }, std::chrono::milliseconds(20000));
+    CHECK(done.load() == 6);
 }

@@ -27,18 +27,12 @@ void one_shot_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv
     detail::check_alltoall_blocks(tp, send.size(), recv.size());
     rank_t const me = tp.rank(), p = tp.size();
     std::size_t const n = send.size() / static_cast<std::size_t>(p);
-    detail::direct_rounds round(tp, detail::collective_kind::alltoall, send.size_bytes());
-    std::size_t const k = round.per_round(sizeof(T), static_cast<std::size_t>(p));
-    detail::direct_pieces pieces(static_cast<std::size_t>(p));
-    for (std::size_t c = 0, rounds = detail::direct_round_count(n, k); c < rounds; ++c) {
-        std::size_t const len = std::min(k, n - c * k);  // of every block, this round
-        for (rank_t r = 0; r < p; ++r) pieces[static_cast<std::size_t>(r)] = detail::bytes_of(detail::slot(send, r, n).subspan(c * k, len));
-        round(pieces.all());
+    detail::direct_block_rounds(tp, detail::collective_kind::alltoall, send, n, [&](std::size_t first, std::size_t len) {
         for (rank_t r = 0; r < p; ++r)
-            space::copy(detail::slot(recv, r, n).subspan(c * k, len),
-                        r == me ? detail::slot(send, me, n).subspan(c * k, len)
+            space::copy(detail::slot(recv, r, n).subspan(first, len),
+                        r == me ? detail::slot(send, me, n).subspan(first, len)
                                 : detail::direct_block<T>(tp, r, static_cast<std::size_t>(me) * len, len));
-    }
+    });
 }
 
 namespace detail {  // for the front door (detail/schedule.hpp)

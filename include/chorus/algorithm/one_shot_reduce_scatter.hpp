@@ -27,17 +27,12 @@ namespace chorus {
 template <direct_transport Transport, class T, reduce_op<T> Op>
 void one_shot_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> recv, Op op) {
     detail::check_blocks(tp, "reduce_scatter", "send", send.size(), "recv.size()", recv.size());
-    rank_t const me = tp.rank(), p = tp.size();
+    rank_t const me = tp.rank();
     std::size_t const n = recv.size();
-    detail::direct_rounds round(tp, detail::collective_kind::reduce_scatter, send.size_bytes());
-    std::size_t const k = round.per_round(sizeof(T), static_cast<std::size_t>(p));
-    detail::direct_pieces pieces(static_cast<std::size_t>(p));
-    for (std::size_t c = 0, rounds = detail::direct_round_count(n, k); c < rounds; ++c) {
-        std::size_t const len = std::min(k, n - c * k);  // of every block, this round
-        for (rank_t r = 0; r < p; ++r) pieces[static_cast<std::size_t>(r)] = detail::bytes_of(detail::slot(send, r, n).subspan(c * k, len));
-        round(pieces.all());
-        detail::direct_fold(tp, detail::slot(send, me, n).subspan(c * k, len), recv.subspan(c * k, len), static_cast<std::size_t>(me) * len, op);
-    }
+    detail::direct_block_rounds(tp, detail::collective_kind::reduce_scatter, send, n, [&](std::size_t first, std::size_t len) {
+        detail::direct_fold(tp, detail::slot(send, me, n).subspan(first, len), recv.subspan(first, len),
+                            static_cast<std::size_t>(me) * len, op);
+    });
 }
 
 namespace detail {  // for the front door (detail/schedule.hpp)

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include <unistd.h>  // environ
 
@@ -29,28 +30,22 @@ constexpr std::string_view trim(std::string_view s) noexcept {
     return s;
 }
 
-/// getenv for the variables every automatic collective reads (CHORUS_ALGO, CHORUS_DEBUG), in
-/// O(1) while the environment keeps its shape. glibc's getenv compares every variable: 30 ns
-/// each for 40 variables, and on one host a whole 8-byte allreduce takes 400 ns
-/// (docs/algorithms.md). This remembers where the variable was, or that it was absent, and
-/// checks that the environment still says so: the entry it was found in still names it (setenv
-/// replaces the entry, so the value read is always the current one), or for an absent one the
-/// array, its length and its last entry are unchanged (setenv appends, unsetenv shifts). Any
-/// other change makes it search again. One per thread: threads that read it never share state.
+/// getenv for the variables every automatic collective reads (CHORUS_ALGO, CHORUS_DEBUG),
+/// cheaper while the environment is unchanged. glibc's getenv compares every variable's name:
+/// 30 ns each for 40 variables, and on one host a whole 8-byte allreduce takes 400 ns
+/// (docs/algorithms.md). This keeps the environment's entries as it last saw them, pointer for
+/// pointer, and the value found there: the same array holding the same pointers is the same
+/// environment (setenv and putenv put a new pointer in, unsetenv shifts the entries), so the
+/// value is returned without reading a string; any change makes it search again. Not noticed:
+/// a string handed to putenv and then edited in place (set it again instead). One per thread:
+/// threads never share its state.
 class env_probe {
 public:
     explicit env_probe(std::string_view name) noexcept : name_(name) {}
 
     char const* get() noexcept {
         char** const env = environ;
-        if (env != nullptr && env == array_) {
-            if (found_) {
-                char const* e = env[index_];
-                if (e != nullptr && names(e)) return e + name_.size() + 1;
-            } else if (env[count_] == nullptr && (count_ == 0 || env[count_ - 1] == last_)) {
-                return nullptr;
-            }
-        }
+        if (env != nullptr && env == array_ && unchanged(env)) return value_;
         return search(env);
     }
 
@@ -58,29 +53,33 @@ private:
     bool names(char const* entry) const noexcept {
         return std::strncmp(entry, name_.data(), name_.size()) == 0 && entry[name_.size()] == '=';
     }
-    char const* search(char** env) noexcept {
-        array_ = env;
-        found_ = false;
-        count_ = 0;
-        last_ = nullptr;
-        if (env == nullptr) return nullptr;
-        char const* value = nullptr;
-        for (; env[count_] != nullptr; ++count_) {
-            if (!found_ && names(env[count_])) {
-                found_ = true;
-                index_ = count_;
-                value = env[count_] + name_.size() + 1;
-            }
+    // The same entries up to the terminator; never reads past it (a shorter array differs at
+    // its null entry first).
+    bool unchanged(char** env) const noexcept {
+        for (std::size_t i = 0;; ++i) {
+            if (i == seen_.size()) return env[i] == nullptr;
+            if (env[i] != seen_[i]) return false;
         }
-        if (count_ != 0) last_ = env[count_ - 1];
-        return value;
+    }
+    char const* search(char** env) noexcept {
+        array_ = nullptr;
+        value_ = nullptr;
+        if (env == nullptr) return nullptr;
+        std::size_t n = 0;
+        for (; env[n] != nullptr; ++n)
+            if (value_ == nullptr && names(env[n])) value_ = env[n] + name_.size() + 1;
+        try {
+            seen_.assign(env, env + n);
+            array_ = env;
+        } catch (...) {  // no memory for the copy: search on every call
+        }
+        return value_;
     }
 
     std::string_view name_;
     char** array_ = nullptr;
-    std::size_t index_ = 0, count_ = 0;
-    char* last_ = nullptr;
-    bool found_ = false;
+    std::vector<char*> seen_;
+    char const* value_ = nullptr;
 };
 
 /// The algorithm CHORUS_ALGO names for `collective`, or "" (read on every call, so tests and
@@ -208,12 +207,16 @@ inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
 // whose published block fits the transport's direct slot runs in one round (one_shot): one
 // flag per peer instead of messages. The slot's size (shm_config::direct_bytes) is where the
 // one round stops paying: measured in docs/algorithms.md.
+// `unit_bytes`: what a round must hold at least (an element; alltoall and reduce_scatter: one
+// of every block), also when the collective has no elements. A slot of 0 bytes: no one_shot.
 template <class T, class Transport>
-choice prefer_direct(Transport& tp, std::size_t block_bytes, choice otherwise) {
+choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_bytes, choice otherwise) {
     if constexpr (direct_transport<Transport>) {
         bool aligned = true;
         if constexpr (!std::is_void_v<T>) aligned = alignof(T) <= direct_alignment;
-        if (aligned && block_bytes <= tp.direct_bytes()) return {one_shot::name, "ranks read each other's memory: one round"};
+        std::size_t const slot = tp.direct_bytes();
+        if (aligned && slot != 0 && block_bytes <= slot && unit_bytes <= slot)
+            return {one_shot::name, "ranks read each other's memory: one round"};
     }
     return otherwise;
 }

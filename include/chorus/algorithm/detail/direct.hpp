@@ -62,12 +62,14 @@ template <direct_transport Transport>
 class direct_rounds {
 public:
     direct_rounds(Transport& tp, collective_kind kind, std::size_t bytes, rank_t root = -1)
-        : tp_(tp), shape_(direct_shape(kind, bytes, root)), tag_(begin_collective(tp, kind)) {}
+        : tp_(tp), shape_(direct_shape(kind, bytes, root)), tag_(begin_collective(tp, kind)), empty_(bytes == 0) {}
 
     /// Elements of `unit` bytes that fit a round `per_unit` times (alltoall: p blocks of one
-    /// element each); at least 1, or the collective fails on every rank.
+    /// element each); at least 1 (a collective without elements takes its one round empty),
+    /// or the collective fails on every rank.
     std::size_t per_round(std::size_t unit, std::size_t per_unit = 1) const {
         std::size_t const n = tp_.direct_bytes() / (unit * per_unit);
+        if (n == 0 && empty_) return 1;
         if (n == 0)
             fail_argument(tp_, describe_shape(shape_) + ": one_shot needs " + std::to_string(unit * per_unit) +
                                    " bytes in a round, more than this transport's direct_bytes (" + std::to_string(tp_.direct_bytes()) +
@@ -101,6 +103,7 @@ private:
     Transport& tp_;
     std::uint64_t shape_;
     tag_t tag_;
+    bool empty_;
     bool checked_ = false;
 };
 
@@ -125,6 +128,24 @@ private:
     std::array<std::span<std::byte const>, inline_count> inline_{};
     std::vector<std::span<std::byte const>> heap_;
 };
+
+/// The rounds of a collective in which every rank publishes the p blocks of n elements of
+/// `send` (alltoall, reduce_scatter): each round the next part of every block, then
+/// `after(first, len)` with the part's place in a block. A peer's part for rank `me` then
+/// starts at element me * len of its round's block.
+template <direct_transport Transport, class T, class After>
+void direct_block_rounds(Transport& tp, collective_kind kind, std::span<T const> send, std::size_t n, After after) {
+    auto const p = static_cast<std::size_t>(tp.size());
+    direct_rounds round(tp, kind, send.size_bytes());
+    std::size_t const k = round.per_round(sizeof(T), p);
+    direct_pieces pieces(p);
+    for (std::size_t c = 0, rounds = direct_round_count(n, k); c < rounds; ++c) {
+        std::size_t const len = std::min(k, n - c * k);  // of every block, this round
+        for (std::size_t r = 0; r < p; ++r) pieces[r] = bytes_of(slot(send, static_cast<rank_t>(r), n).subspan(c * k, len));
+        round(pieces.all());
+        after(c * k, len);
+    }
+}
 
 /// Rank r's block of the round as elements of T, from element `first`, `count` of them.
 template <class T, direct_transport Transport>

@@ -103,7 +103,9 @@ struct shm_op : message_op {
     std::size_t offset = 0;  // send: payload bytes written; receive: bytes arrived
     std::uint64_t id = 0;    // a remote send's number (its ack names it)
     bool started = false;    // a send whose first record is written
-    bool direct = false;     // not a message: exchange() waiting for the peer's block
+    bool direct = false;     // not a message: exchange() waiting for the peer's block ...
+    direct_slot const* awaited = nullptr;  // ... in this slot
+    std::uint64_t round = 0;               // ... of this round
 };
 
 /// A message that arrived before its receive: its bytes (as far as they came), or where to
@@ -188,6 +190,12 @@ public:
         for (auto& q : peers_) {
             direct_slot const* theirs = layout_.slot(q.map.base() ? q.map.base() : own_map_.base(), round);
             if (theirs->round.load(std::memory_order_acquire) != round) wait_published(*theirs, round, sender_of(q), tag);
+            // The same round of another collective: a rank skipped one, or called others.
+            if (theirs->tag != tag) {
+                std::string const what = collective_mismatch_message(me_, tag, sender_of(q), theirs->tag);
+                abort(me_, what);
+                throw transport_error(errc::tag_mismatch, sender_of(q), what);
+            }
         }
     }
     std::span<std::byte const> block(rank_t r) const noexcept {
@@ -749,6 +757,8 @@ private:
         op.peer = peer;
         op.tag = tag;
         op.direct = true;
+        op.awaited = &slot;
+        op.round = round;
         auto const deadline = deadline_after(timeout_);
         idle_state idle{std::chrono::steady_clock::now()};
         auto const arrived = [&] { return slot.round.load(std::memory_order_acquire) == round; };
@@ -852,7 +862,10 @@ private:
         check_processes();
         peer_state& s = peer_of(op.peer);
         // A rank that aborted and then left: its abort (written first) is what the group says.
+        // A rank publishes its last round before it leaves: a block that is there (read after
+        // `left`, which the leaver set after publishing) is no loss.
         if (op.peer != me_ && s.header->left.load(std::memory_order_acquire) != 0 &&
+            !(op.direct && op.awaited->round.load(std::memory_order_acquire) == op.round) &&
             own_->failed_by.load(std::memory_order_acquire) < 0) {
             drain(s);
             push_sends(s);
