@@ -1168,3 +1168,40 @@ TEST_CASE("shm: without direct slots the automatic choice sends messages; empty 
     }, std::chrono::milliseconds(20000));
     CHECK(done.load() == 6);
 }
+
+namespace {
+/// Rank 1 of a group maps its segment with another ring (or direct slot) size than the others:
+/// every rank's error lands in `errors`.
+template <bool Direct>
+struct shm_disagreeing_factory {
+    using transport = chorus::shm_transport;
+    static inline std::array<std::string, 3> errors;
+    static void make(std::optional<transport>& tp, chorus::tcp_config c) {
+        chorus::shm_config s;
+        s.timeout = c.timeout;
+        auto const r = static_cast<std::size_t>(c.rank);
+        if (r == 1) (Direct ? s.direct_bytes : s.ring_bytes) = Direct ? 64 : 8192;
+        chorus::tcp_transport bootstrap(std::move(c));
+        try {
+            tp.emplace(bootstrap, s);
+        } catch (chorus::error const& e) {
+            errors[r] = e.what();
+            throw;
+        }
+    }
+};
+} // namespace
+
+TEST_CASE("shm: ranks that map segments of different ring or slot sizes fail to join, every one naming the setting") {
+    auto const check = [&]<bool Direct>(std::string const& theirs, std::string const& mine, std::string const& variable) {
+        CHECK_THROWS(threaded_runner<shm_disagreeing_factory<Direct>>::run(3, [](chorus::shm_transport&) {}, 20s));
+        auto const& errors = shm_disagreeing_factory<Direct>::errors;
+        for (std::size_t r = 0; r < 3; ++r) {
+            std::string const want = r == 1 ? "rank 0 has " + mine + ", rank 1 " : "rank 1 has " + theirs + ", rank " + std::to_string(r);
+            CHECK_MESSAGE(errors[r].find(want) != std::string::npos, errors[r]);
+            CHECK_MESSAGE(errors[r].find("(" + variable + " must agree)") != std::string::npos, errors[r]);
+        }
+    };
+    check.template operator()<true>("direct_bytes 64", "direct_bytes 16384", "CHORUS_SHM_DIRECT_BYTES");
+    check.template operator()<false>("ring_bytes 8192", "ring_bytes 262144", "CHORUS_SHM_RING_BYTES");
+}

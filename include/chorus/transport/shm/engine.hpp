@@ -188,7 +188,7 @@ public:
         for (auto& q : peers_)
             if (&q != &peer_of(me_)) ring_doorbell(*q.header);
         for (auto& q : peers_) {
-            direct_slot const* theirs = layout_.slot(q.map.base() ? q.map.base() : own_map_.base(), round);
+            direct_slot const* theirs = published(sender_of(q));
             if (theirs->round.load(std::memory_order_acquire) != round) wait_published(*theirs, round, sender_of(q), tag);
             // The same round of another collective: a rank skipped one, or called others.
             if (theirs->tag != tag) {
@@ -486,15 +486,16 @@ private:
                                        " are not on one host (or not in one PID namespace); shared memory joins the "
                                        "ranks of one host only: " +
                                        (layout_.size == p ? "use tcp_transport" : "set CHORUS_NODE to tell their hosts apart"));
-            if (h.ring_bytes != mine.ring_bytes)
-                throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has ring_bytes " +
-                                       std::to_string(h.ring_bytes) + ", rank " + std::to_string(me_) + " " +
-                                       std::to_string(mine.ring_bytes) + " (CHORUS_SHM_RING_BYTES must agree)");
-            if (h.direct_bytes != mine.direct_bytes)
-                throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has direct_bytes " +
-                                       std::to_string(h.direct_bytes) + ", rank " + std::to_string(me_) + " " +
-                                       std::to_string(mine.direct_bytes) + " (CHORUS_SHM_DIRECT_BYTES must agree)");
+            agree(r, "ring_bytes", h.ring_bytes, mine.ring_bytes, "CHORUS_SHM_RING_BYTES");
+            agree(r, "direct_bytes", h.direct_bytes, mine.direct_bytes, "CHORUS_SHM_DIRECT_BYTES");
         }
+    }
+    // A setting every rank of the host must share (it shapes the segments they map).
+    void agree(std::size_t r, char const* what, std::uint64_t theirs, std::uint64_t mine, char const* variable) const {
+        if (theirs != mine)
+            throw invalid_argument("shm_transport: rank " + std::to_string(r) + " has " + what + " " + std::to_string(theirs) +
+                                   ", rank " + std::to_string(me_) + " " + std::to_string(mine) + " (" + variable +
+                                   " must agree)");
     }
 
     void connect_peer(rank_t r, hello const& h, std::byte& can_read) {
