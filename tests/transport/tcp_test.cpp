@@ -1186,6 +1186,9 @@ struct shm_disagreeing_factory {
             tp.emplace(bootstrap, s);
         } catch (chorus::error const& e) {
             errors[r] = e.what();
+            // As shm_transport::from_env does with an error every rank throws: leave the
+            // bootstrap with a goodbye, so that ranks still in the verdicts' exchange finish it.
+            { chorus::tcp_transport const leaving = std::move(bootstrap); }
             throw;
         }
     }
