@@ -61,10 +61,10 @@ namespace detail {
 
 // Each collective's algorithms, the one list per collective.
 using barrier_algorithms = algorithms<collective_kind::barrier, dissemination, one_shot>;
-using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather, one_shot>;
+using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather, hierarchical, one_shot>;
 using scatter_algorithms = algorithms<collective_kind::scatter, linear>;
 using gather_algorithms = algorithms<collective_kind::gather, linear>;
-using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck, one_shot>;
+using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck, hierarchical, one_shot>;
 using reduce_algorithms = algorithms<collective_kind::reduce, tree>;
 using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical, one_shot>;
 using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree, one_shot>;
@@ -128,7 +128,7 @@ template <class Algo = automatic, transport Transport, writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
     auto s = detail::to_span(data);
     detail::run_collective<Algo, detail::broadcast_algorithms, detail::element_t<R>, void>(
-        tp, s.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<R>>(tp, s.size_bytes(), sizeof(detail::element_t<R>), detail::choose_broadcast(tp.size(), s.size_bytes())); },
+        tp, s.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<R>>(tp, s.size_bytes(), sizeof(detail::element_t<R>), detail::choose_broadcast_over(tp, s.size_bytes())); },
         s, root);
 }
 
@@ -161,7 +161,7 @@ void allgather(Transport& tp, S const& send, R&& recv) {
     // By the gathered size, p times the block: what Bruck's log p messages carry.
     std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
     detail::run_collective<Algo, detail::allgather_algorithms, detail::element_t<S>, void>(
-        tp, gathered, [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), sizeof(detail::element_t<S>), detail::choose_allgather(tp.size(), gathered)); },
+        tp, gathered, [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), sizeof(detail::element_t<S>), detail::choose_allgather_over(tp, gathered)); },
         in, out);
 }
 
@@ -356,5 +356,7 @@ void exscan(Transport& tp, R&& data, Op op = {}) {
 
 } // namespace chorus
 
-// Its phases are the collectives above.
+// Their phases are the collectives above.
+#include <chorus/algorithm/hierarchical_allgather.hpp>
 #include <chorus/algorithm/hierarchical_allreduce.hpp>
+#include <chorus/algorithm/hierarchical_broadcast.hpp>

@@ -457,6 +457,32 @@ TEST_CASE("automatic broadcast, allgather and alltoall: thresholds, CHORUS_ALGO 
     CHECK(choose_allgather(4, small).algorithm == chorus::bruck::name);
     CHECK(choose_allgather(7, 8).algorithm == chorus::bruck::name);
     CHECK(choose_allgather(8, small + 1).algorithm == chorus::ring::name);
+    // Over nodes (a transport with a hierarchy): hierarchical broadcast with several nodes of
+    // several ranks, hierarchical allgather only when the nodes are of equal sizes.
+    struct nodes_of {
+        rank_t count;
+        bool equal;
+        rank_t nodes() const { return count; }
+        bool equal_nodes() const { return equal; }
+    };
+    struct over_nodes {
+        nodes_of h;
+        rank_t p;
+        nodes_of& hierarchy() { return h; }
+        rank_t size() const { return p; }
+    };
+    using chorus::detail::choose_allgather_over;
+    using chorus::detail::choose_broadcast_over;
+    over_nodes two_by_two{{2, true}, 4}, three_two{{2, false}, 5}, one_each{{4, true}, 4}, one_node{{1, true}, 4};
+    CHECK(choose_broadcast_over(two_by_two, 8).algorithm == chorus::hierarchical::name);
+    CHECK(choose_broadcast_over(three_two, large).algorithm == chorus::hierarchical::name);
+    CHECK(choose_broadcast_over(one_each, 8).algorithm == chorus::tree::name);
+    CHECK(choose_broadcast_over(one_node, 8).algorithm == chorus::tree::name);
+    CHECK(choose_allgather_over(two_by_two, 8).algorithm == chorus::hierarchical::name);
+    CHECK(choose_allgather_over(three_two, 8).algorithm == chorus::bruck::name);
+    CHECK(choose_allgather_over(one_each, 8).algorithm == chorus::bruck::name);
+    CHECK(choose_allgather_over(one_node, small + 1).algorithm == chorus::ring::name);
+
     using chorus::detail::choose_alltoall;
     CHECK(choose_alltoall(8, 4).algorithm == chorus::pairwise::name);
     CHECK(choose_alltoall(chorus::detail::alltoall_bruck_min_ranks, 4).algorithm == chorus::bruck::name);

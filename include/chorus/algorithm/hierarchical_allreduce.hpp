@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/hierarchy.hpp>
 #include <chorus/config.hpp>
 #include <chorus/collectives.hpp>  // its phases are collectives (collectives.hpp includes this header at its end)
 #include <chorus/detail/schedule.hpp>
@@ -39,15 +40,6 @@
 namespace chorus {
 
 namespace detail {
-
-/// A transport that knows its nodes and has views of them (node_transport).
-template <class T>
-concept node_hierarchy = requires(T& t) {
-    { t.hierarchy().nodes() } -> std::same_as<rank_t>;
-    { t.hierarchy().equal_nodes() } -> std::same_as<bool>;
-    t.hierarchy().local();
-    t.hierarchy().rail();
-};
 
 /// `Op` without its final step: the phases combine, the end finalizes once over every rank.
 template <class Op>

@@ -178,6 +178,18 @@ inline choice choose_broadcast(rank_t p, std::size_t bytes) {
     return {scatter_allgather::name, "large message: bandwidth-bound"};
 }
 
+// Over ranks in several nodes, several on a node (node_transport): the vector crosses the
+// network once into each node (algorithm/hierarchical_broadcast.hpp), however the ranks are
+// numbered; a flat tree's crossings depend on the numbering.
+template <class Transport>
+choice choose_broadcast_over(Transport& tp, std::size_t bytes) {
+    if constexpr (requires { tp.hierarchy().nodes(); }) {
+        rank_t const nodes = tp.hierarchy().nodes();
+        if (nodes > 1 && nodes < tp.size()) return {hierarchical::name, "ranks on several nodes, several on a node"};
+    }
+    return choose_broadcast(tp.size(), bytes);
+}
+
 // Allgather, by the gathered size (p times the block): Bruck needs ceil(log2 p) messages to
 // the ring's p - 1, for the same bytes (plus a local copy of the result). For p <= 3 both
 // take as many rounds and the ring needs no scratch.
@@ -187,6 +199,18 @@ inline choice choose_allgather(rank_t p, std::size_t gathered_bytes) {
     if (p <= 3) return {ring::name, "p <= 3: as few rounds as bruck"};
     if (gathered_bytes <= allgather_small_bytes) return {bruck::name, "small message: latency-bound"};
     return {ring::name, "large message: bandwidth-bound"};
+}
+
+// Over nodes of equal sizes, several ranks on each (node_transport): each block crosses the
+// network once into each node (algorithm/hierarchical_allgather.hpp).
+template <class Transport>
+choice choose_allgather_over(Transport& tp, std::size_t gathered_bytes) {
+    if constexpr (requires { tp.hierarchy().nodes(); }) {
+        auto& h = tp.hierarchy();
+        if (h.nodes() > 1 && h.nodes() < tp.size() && h.equal_nodes())
+            return {hierarchical::name, "equal nodes, several ranks on each"};
+    }
+    return choose_allgather(tp.size(), gathered_bytes);
 }
 
 // Alltoall: pairwise keeps up to 8 rounds in flight (detail::pairwise_window), so below a

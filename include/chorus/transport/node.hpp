@@ -6,8 +6,8 @@
 // memory and whose hosts talk over TCP. Every message goes the fastest way to its peer: to a
 // rank of this node through the shm engine's rings (shm/engine.hpp), to any other over the TCP
 // mesh (tcp/engine.hpp). So every collective and point-to-point call works over it unchanged,
-// and the hierarchical algorithms (algorithm/hierarchical_allreduce.hpp) that keep most bytes
-// inside the nodes are chosen automatically for allreduce.
+// and the hierarchical algorithms (algorithm/hierarchical_{allreduce,broadcast,allgather}.hpp)
+// that keep most bytes inside the nodes are chosen automatically for those collectives.
 //
 // Nodes: ranks that give the same node name share memory; the name is node_config::node
 // (CHORUS_NODE), or the host's name. The ranks of one name must be on one host (one kernel, one
@@ -202,7 +202,8 @@ public:
     rank_t node() const noexcept { return node_of(me_); }
     rank_t node_of(rank_t r) const noexcept { return node_of_[static_cast<std::size_t>(r)]; }
     /// This rank's index among the ranks of its node, and how many they are.
-    rank_t local_rank() const noexcept { return local_rank_of_[static_cast<std::size_t>(me_)]; }
+    rank_t local_rank() const noexcept { return local_rank_of(me_); }
+    rank_t local_rank_of(rank_t r) const noexcept { return local_rank_of_[static_cast<std::size_t>(r)]; }
     rank_t local_size() const noexcept { return static_cast<rank_t>(members_.size()); }
     /// Whether every node has as many ranks (the rails then cover every rank).
     bool equal_nodes() const noexcept { return equal_nodes_; }
