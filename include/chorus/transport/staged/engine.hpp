@@ -153,10 +153,12 @@ public:
             if (op->done) break;
             if (failure_) {
                 unpost(*op);
+                settle_device();
                 std::rethrow_exception(failure_);
             }
             if (clock::now() > deadline) {
                 unpost(*op);
+                settle_device();
                 break;
             }
             std::this_thread::yield();
@@ -248,6 +250,16 @@ private:
         if (failure_) std::rethrow_exception(failure_);
     }
 
+    // Before a wait throws: copies already queued on the device into the caller's buffers (or
+    // the scratch of the collective it fails) finish now, while those buffers still exist —
+    // the exception frees the scratch as it unwinds. A device in error may fail this too.
+    void settle_device() noexcept {
+        try {
+            device_.synchronize();
+        } catch (...) {
+        }
+    }
+
     // Posts the exchange of FIFO handles; progress() opens each peer's when it arrived. Not waited
     // for: a peer that fails right after its set-up must fail our next operation, not this one.
     void exchange_handles() {
@@ -324,6 +336,7 @@ private:
             device_.check_current();
         } catch (error const& e) {
             abort(e.what());
+            settle_device();
             throw;
         }
     }
@@ -363,6 +376,7 @@ private:
         } catch (...) {
         }
         for (auto& q : peers_) q.queue.drop_receives();
+        settle_device();
     }
 
     void send_control(rank_t to, staged_control const& m) {
