@@ -147,15 +147,25 @@ inline choice choose_allreduce(rank_t p, std::size_t bytes, bool commutative) {
     return {ring::name, "large message: bandwidth-bound"};
 }
 
+// Whether the ranks are on several nodes, several on a node (a node_transport's hierarchy):
+// where the hierarchical schedules keep bytes inside the nodes. `equal`: and every node has
+// as many ranks.
+template <class Transport>
+bool spans_nodes(Transport& tp, bool equal = false) {
+    if constexpr (requires { tp.hierarchy().nodes(); }) {
+        auto& h = tp.hierarchy();
+        return h.nodes() > 1 && h.nodes() < tp.size() && (!equal || h.equal_nodes());
+    } else {
+        return false;
+    }
+}
+
 // Over ranks in several nodes (node_transport), the hierarchical schedule keeps the bytes of
 // every phase but one inside the nodes (algorithm/hierarchical_allreduce.hpp); with one node,
 // or one rank per node, it would only add steps.
 template <class Transport>
 choice choose_allreduce_over(Transport& tp, std::size_t bytes, bool commutative) {
-    if constexpr (requires { tp.hierarchy().nodes(); }) {
-        rank_t const nodes = tp.hierarchy().nodes();
-        if (commutative && nodes > 1 && nodes < tp.size()) return {hierarchical::name, "ranks on several nodes, several on a node"};
-    }
+    if (commutative && spans_nodes(tp)) return {hierarchical::name, "ranks on several nodes, several on a node"};
     return choose_allreduce(tp.size(), bytes, commutative);
 }
 
@@ -183,10 +193,7 @@ inline choice choose_broadcast(rank_t p, std::size_t bytes) {
 // numbered; a flat tree's crossings depend on the numbering.
 template <class Transport>
 choice choose_broadcast_over(Transport& tp, std::size_t bytes) {
-    if constexpr (requires { tp.hierarchy().nodes(); }) {
-        rank_t const nodes = tp.hierarchy().nodes();
-        if (nodes > 1 && nodes < tp.size()) return {hierarchical::name, "ranks on several nodes, several on a node"};
-    }
+    if (spans_nodes(tp)) return {hierarchical::name, "ranks on several nodes, several on a node"};
     return choose_broadcast(tp.size(), bytes);
 }
 
@@ -205,11 +212,7 @@ inline choice choose_allgather(rank_t p, std::size_t gathered_bytes) {
 // network once into each node (algorithm/hierarchical_allgather.hpp).
 template <class Transport>
 choice choose_allgather_over(Transport& tp, std::size_t gathered_bytes) {
-    if constexpr (requires { tp.hierarchy().nodes(); }) {
-        auto& h = tp.hierarchy();
-        if (h.nodes() > 1 && h.nodes() < tp.size() && h.equal_nodes())
-            return {hierarchical::name, "equal nodes, several ranks on each"};
-    }
+    if (spans_nodes(tp, true)) return {hierarchical::name, "equal nodes, several ranks on each"};
     return choose_allgather(tp.size(), gathered_bytes);
 }
 
