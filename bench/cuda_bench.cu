@@ -251,6 +251,7 @@ int main(int argc, char** argv) {
                         if (bytes <= (std::size_t{64} << 20)) {
                             run.template operator()<chorus::recursive_doubling>("recursive_doubling");
                             run.template operator()<chorus::tree>("tree");
+                            run.template operator()<chorus::one_shot>("one_shot");
                         }
                     }
                     cudaFree(d);
@@ -277,6 +278,7 @@ int main(int argc, char** argv) {
                     if (all_algos) {
                         run.template operator()<chorus::ring>("ring");
                         run.template operator()<chorus::bruck>("bruck");
+                        if (bytes <= (std::size_t{64} << 20)) run.template operator()<chorus::one_shot>("one_shot");
                     }
                     cudaFree(in);
                     cudaFree(out);
@@ -299,6 +301,7 @@ int main(int argc, char** argv) {
                     if (all_algos) {
                         run.template operator()<chorus::tree>("tree");
                         run.template operator()<chorus::scatter_allgather>("scatter_allgather");
+                        if (bytes <= (std::size_t{64} << 20)) run.template operator()<chorus::one_shot>("one_shot");
                     }
                     cudaFree(d);
                 } else {

@@ -88,7 +88,8 @@ function(chorus_add_nvcc_header_checks target)
     string(APPEND _content "#if defined(RANGE_V3_VERSION) || defined(RANGES_V3_DETAIL_CONFIG_HPP)\n"
                            "#error a chorus header pulled range-v3 into a .cu file\n#endif\n"
                            "#if defined(ASIO_VERSION) || defined(ASIO_DETAIL_CONFIG_HPP)\n#error a chorus header pulled Asio into a .cu file\n#endif\n"
-                           "static_assert(chorus::transport<chorus::cuda_ipc_transport>);\n")
+                           "static_assert(chorus::transport<chorus::cuda_ipc_transport>);\n"
+                           "static_assert(chorus::direct_transport<chorus::cuda_ipc_transport>);\n")
     file(CONFIGURE OUTPUT "${CMAKE_CURRENT_BINARY_DIR}/${target}/all_headers.cu" CONTENT "${_content}")
     add_library(${target} OBJECT "${CMAKE_CURRENT_BINARY_DIR}/${target}/all_headers.cu")
     target_link_libraries(${target} PRIVATE chorus::cuda_ipc chorus_test_flags)

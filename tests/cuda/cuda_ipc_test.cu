@@ -6,7 +6,9 @@
 //                           device buffers, against closed forms computed on the host;
 //   cuda_ipc_test generic   one user function template instantiated with tcp_transport (host
 //                           vectors) and with cuda_ipc_transport (device buffers);
-//   cuda_ipc_test errors    bad input on device buffers fails on every rank with chorus errors.
+//   cuda_ipc_test errors    bad input on device buffers fails on every rank with chorus errors;
+//   cuda_ipc_test one_shot_errors, one_shot_limit_errors: the same for one_shot rounds, rank 1
+//                           with another size below, or above, the one_shot limit.
 // Without a usable GPU every rank prints why and exits 77, which ctest reports as skipped
 // (SKIP_RETURN_CODE), never as passed.
 
@@ -200,6 +202,7 @@ void reductions(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_
         run_allreduce.template operator()<chorus::tree>("tree");
         run_allreduce.template operator()<chorus::recursive_doubling>("recursive_doubling");
         run_allreduce.template operator()<chorus::rabenseifner>("rabenseifner");
+        run_allreduce.template operator()<chorus::one_shot>("one_shot");
 
         for (rank_t root : {rank_t{0}, p - 1}) {
             device_array<T> in(contribution<T, Op>(me, n)), out(n);
@@ -216,6 +219,7 @@ void reductions(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_
         };
         run_reduce_scatter.template operator()<chorus::ring>("ring");
         run_reduce_scatter.template operator()<chorus::tree>("tree");
+        run_reduce_scatter.template operator()<chorus::one_shot>("one_shot");
     }
 }
 
@@ -241,6 +245,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
             run_broadcast.template operator()<chorus::tree>("tree");
             run_broadcast.template operator()<chorus::linear>("linear");
             run_broadcast.template operator()<chorus::scatter_allgather>("scatter_allgather");
+            run_broadcast.template operator()<chorus::one_shot>("one_shot");
 
             // scatter: block r of the root's p*n elements; gather: the reverse.
             device_array<T> all(me == root ? mine(P * n) : std::vector<T>(P * n)), block(n);
@@ -261,6 +266,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
         };
         run_allgather.template operator()<chorus::ring>("ring");
         run_allgather.template operator()<chorus::bruck>("bruck");
+        run_allgather.template operator()<chorus::one_shot>("one_shot");
 
         // alltoall: my block j goes to rank j; block i of the result came from rank i.
         auto const transposed = [&](std::size_t i) { return v(static_cast<rank_t>(i / n), M * n + i % n); };
@@ -271,6 +277,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
         };
         run_alltoall.template operator()<chorus::pairwise>("pairwise");
         run_alltoall.template operator()<chorus::bruck>("bruck");
+        run_alltoall.template operator()<chorus::one_shot>("one_shot");
 
         // alltoallv: rank r sends (r + j + n) % 3 elements to rank j.
         auto const count = [&](std::size_t from, std::size_t to) { return (from + to + n) % 3; };
@@ -303,6 +310,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
             t.compare(label("send/recv", "-", ty, "-", n), in.get(), [&](std::size_t i) { return v(prev, i); }, 0);
         }
     }
+    chorus::barrier<chorus::one_shot>(tp);
     chorus::barrier(tp);
 }
 
@@ -434,6 +442,30 @@ int errors() {
     return report(tp, t, "errors");
 }
 
+// one_shot rounds called with different sizes: every rank names rank 1's shape (`limit`
+// false), or rank 1 is above the one_shot limit and sends messages to ranks that exchange
+// (`limit` true): every rank says so at once, not at the timeout.
+int one_shot_errors(bool limit) {
+    auto tp = chorus::cuda_ipc_transport::from_env();
+    tally t;
+    std::size_t const n1 = limit ? tp.direct_bytes() / sizeof(float) + 1 : 5;
+    device_array<float> d(tp.rank() == 1 ? n1 : 4);
+    std::string said;
+    try {
+        chorus::allreduce(tp, d.span(), chorus::sum{});
+    } catch (chorus::error const& e) {
+        said = e.what();
+    }
+    ++t.checks;
+    char const* const want = limit ? "different sizes" : "rank 1 called allreduce with 20 bytes, rank 0 allreduce with 16 bytes";
+    if (said.find(want) == std::string::npos || said.find("timed out") != std::string::npos) {
+        ++t.failed;
+        t.first = "one_shot mismatch (rank 1: " + std::to_string(n1) + " floats): '" + said + "'";
+    }
+    std::printf("rank %d: mismatched one_shot allreduce: %s\n", tp.rank(), said.empty() ? "no error" : said.c_str());
+    return report(tp, t, limit ? "one_shot limit errors" : "one_shot errors");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -443,7 +475,9 @@ int main(int argc, char** argv) {
         if (mode == "matrix") return matrix();
         if (mode == "generic") return generic();
         if (mode == "errors") return errors();
-        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors\n");
+        if (mode == "one_shot_errors") return one_shot_errors(false);
+        if (mode == "one_shot_limit_errors") return one_shot_errors(true);
+        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors|one_shot_errors|one_shot_limit_errors\n");
         return 2;
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "chorus error: %s\n", e.what());

@@ -5,12 +5,14 @@
 # 1. Builds the CUDA targets (-DCHORUS_WITH_CUDA=ON) unless BUILD_DIR already has them (they can
 #    be built on a machine without a GPU and carried: cudart is linked statically).
 # 2. Runs the CUDA test suite: every collective x algorithm x op x dtype on 2 and 4 ranks
-#    sharing the GPU(s), and on 3 ranks through small FIFOs (every message many chunks), the
+#    sharing the GPU(s), and on 3 ranks through small FIFOs and one_shot slots (every message
+#    many chunks, every one_shot collective of more than a few elements many rounds), the
 #    generic tcp/cuda user function, the error test, the example. Here a skip (exit 77: no
 #    usable GPU, e.g. a driver older than the toolkit) is a failure.
 # 3. Runs cuda_bench at 2 and 4 ranks, 4 KiB to 1 GiB (allreduce, allgather, broadcast), with
-#    the device-to-device cudaMemcpy ceiling of the same run.
-# The step limits add up to 480 s, so that with carried binaries even a run whose every step
+#    the device-to-device cudaMemcpy ceiling of the same run, and every algorithm (one_shot
+#    among them) from 8 B to 4 MiB at 2 ranks.
+# The step limits add up to 570 s, so that with carried binaries even a run whose every step
 # hangs ends, with its summary, inside one 600 s device command (building here first adds up
 # to 300 s: then give the command the full 600 s and expect the steps to take far less).
 set -uo pipefail
@@ -53,18 +55,24 @@ step() {  # step NAME TIMEOUT_S COMMAND...: a GPU step that must exit 0 (77, "sk
     grep -h "checks passed\|checks wrong" "$out/$name.log" | head -4 | tee -a "$out/summary.txt"
 }
 
-step matrix.p2 80 "$run" -n 2 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
-step matrix.p4 90 "$run" -n 4 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
-CHORUS_CUDA_CHUNK_BYTES=4096 CHORUS_CUDA_SLOTS=2 \
-    step matrix.small_fifo.p3 70 "$run" -n 3 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
+step matrix.p2 90 "$run" -n 2 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
+step matrix.p4 100 "$run" -n 4 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
+CHORUS_CUDA_CHUNK_BYTES=4096 CHORUS_CUDA_SLOTS=2 CHORUS_CUDA_DIRECT_BYTES=256 \
+    step matrix.small_fifo.p3 80 "$run" -n 3 --timeout-ms 30000 "$build/tests/cuda/cuda_ipc_test" matrix
 step generic.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" generic
 step errors.p3 30 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" errors
+step one_shot_errors.p3 15 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" one_shot_errors
+step one_shot_limit_errors.p3 15 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" one_shot_limit_errors
 step example.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/examples/allreduce_cuda_ipc"
 
 for n in 2 4; do
     step "bench.p$n" 75 "$run" --no-prefix -n "$n" --timeout-ms 60000 "$build/bench/cuda_bench" -b 4K -e 1G -f 4
     grep -v "^#" "$out/bench.p$n.log" | tee -a "$out/cuda_bench.txt" >/dev/null
 done
+# Every algorithm side by side up to 4 MiB at 2 ranks: where one_shot stops paying
+# (CHORUS_CUDA_DIRECT_BYTES, 1 MiB by default, chosen without a GPU).
+step bench.algos.p2 30 "$run" --no-prefix -n 2 --timeout-ms 60000 "$build/bench/cuda_bench" -b 8 -e 4M -f 8 --algo all
+grep -v "^#" "$out/bench.algos.p2.log" | tee -a "$out/cuda_bench.txt" >/dev/null
 log "bench rows: $out/cuda_bench.txt"
 cat "$out/cuda_bench.txt"
 [ $status = 0 ] && log "gpu check passed" || log "gpu check FAILED"

@@ -720,6 +720,20 @@ void barrier(Tp& tp, failures& f) {
     });
 }
 
+/// The collectives one_shot serves, every algorithm of each (one_shot among them over a
+/// direct_transport), in and out of place.
+template <class Tp>
+void one_shot_collectives(Tp& tp, failures& f) {
+    barrier(tp, f);
+    allreduce(tp, f);
+    allreduce_noncommutative(tp, f);
+    reduce_scatter(tp, f);
+    broadcast(tp, f);
+    allgather(tp, f);
+    alltoall(tp, f);
+    in_place(tp, f);
+}
+
 /// Every check above, in a fixed order (all ranks must run the same sequence).
 template <class Tp>
 void all(Tp& tp, failures& f) {

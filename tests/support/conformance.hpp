@@ -59,6 +59,28 @@ private:
     std::vector<outcome> list_;
 };
 
+/// one_shot rounds called with different sizes, over a direct_transport: `allreduce_of(n0, n1)`
+/// runs an automatic allreduce of n0 doubles on ranks 0 and 2 and n1 on rank 1, and returns
+/// what each rank's chorus::error said. When both fit a round (`fit0`, `fit1` doubles), every
+/// rank names rank 1's shape in the same words; when rank 1's does not (`over`: it sends
+/// messages, the others wait for its block), every rank says so within its wait, not at the
+/// timeout (20 s in the runners: 10 s is the bound).
+template <class AllreduceOf>
+void one_shot_mismatches(AllreduceOf const& allreduce_of, std::size_t fit0, std::size_t fit1, std::size_t over) {
+    std::string const shape = "rank 1 called allreduce with " + std::to_string(8 * fit1) + " bytes, rank 0 allreduce with " +
+                              std::to_string(8 * fit0) + " bytes";
+    for (auto const& e : allreduce_of(fit0, fit1)) {
+        CHECK_MESSAGE(e.find(shape) != std::string::npos, e);
+        CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
+    }
+    auto const start = std::chrono::steady_clock::now();
+    for (auto const& e : allreduce_of(fit0, over)) {
+        CHECK_MESSAGE(e.find("different sizes") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
+    }
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+}
+
 } // namespace conformance
 
 TEST_CASE_TEMPLATE_DEFINE("transport conformance", Runner, transport_conformance) {

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <vector>
 
 #include <chorus/error.hpp>
@@ -32,10 +33,12 @@ public:
         std::uint64_t upto;
     };
 
-    void* allocate_shared(std::size_t bytes) { return ::operator new(bytes ? bytes : 1); }
+    // Aligned as a device allocation is (the direct slots' blocks rely on it).
+    static constexpr std::align_val_t shared_alignment{256};
+    void* allocate_shared(std::size_t bytes) { return ::operator new(bytes ? bytes : 1, shared_alignment); }
     void release_shared(void* p) noexcept {
         ++released_fifos;
-        ::operator delete(p);
+        ::operator delete(p, shared_alignment);
     }
     // Another rank (thread) may still copy into it: kept until the program ends, as a process's
     // exit reclaims an abandoned CUDA FIFO.
@@ -43,7 +46,7 @@ public:
         ++abandoned_fifos;
         try {
             struct deleter {
-                void operator()(void* q) const noexcept { ::operator delete(q); }
+                void operator()(void* q) const noexcept { ::operator delete(q, shared_alignment); }
             };
             static std::mutex m;
             static std::vector<std::unique_ptr<void, deleter>> kept;
@@ -55,6 +58,7 @@ public:
     // Faults a test can inject into this rank: a thread on the wrong device, a failing copy.
     bool wrong_device = false;
     bool fail_copies = false;
+    bool fail_completion = false;  // an event query reports an error (as CUDA's does a kernel's)
     void check_current() const {
         if (wrong_device) throw chorus::invalid_argument("host model: this thread's current device is not the transport's");
     }
@@ -77,6 +81,7 @@ public:
     }
     event record() noexcept { return {enqueued_}; }
     bool done(event& e) {
+        if (fail_completion) throw chorus::device_error("host model: queued work failed (injected)");
         if (executed_ < e.upto) run_one();
         return executed_ >= e.upto;
     }
@@ -112,6 +117,29 @@ private:
     }
     std::deque<pending_copy> pending_;
     std::uint64_t enqueued_ = 0, executed_ = 0;
+};
+
+/// Host memory that also folds many operands in one pass, as a device's memory space does
+/// (detail::folding_space; cuda_device_memory folds in one kernel), up to 3 at once: the
+/// one_shot fold's one-pass path runs at 2 and 3 ranks, the pairwise one beyond.
+struct folding_host_memory : chorus::host_memory {
+    static constexpr std::size_t max_fold = 3;
+    static inline std::atomic<long> folds{0};
+    template <class T, class Op>
+    static void fold(std::span<T> out, std::span<T const* const> parts, Op const& op, chorus::rank_t p) {
+        ++folds;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            T acc = static_cast<T>(op(parts[0][i], parts[1][i]));
+            for (std::size_t r = 2; r < parts.size(); ++r) acc = static_cast<T>(op(acc, parts[r][i]));
+            out[i] = acc;  // every operand of element i read before it is written: out may be one
+        }
+        chorus::host_memory::finalize(out, op, p);
+    }
+};
+
+/// The host model with a folding memory space.
+struct folding_host_model_device : host_model_device {
+    using memory_space = folding_host_memory;
 };
 
 } // namespace testing_support

@@ -29,22 +29,30 @@ using namespace std::chrono_literals;
 namespace {
 
 /// The staged protocol over the host model with FIFOs of 3 slots of 256 bytes (messages of
-/// more than 768 bytes wait for credits, and most messages are several chunks), its control
-/// channel a loopback group. A rank that throws aborts its transport before destroying it, so
+/// more than 768 bytes wait for credits, and most messages are several chunks) and direct
+/// slots of 64 bytes (one_shot collectives of more than a few elements take many rounds), its
+/// control channel a loopback group. A rank that throws aborts its transport before destroying it, so
 /// that the others fail at once instead of waiting for its goodbye.
 using staged_model = chorus::staged_transport<testing_support::host_model_device, chorus::loopback_transport>;
 static_assert(chorus::transport<staged_model>);
 static_assert(chorus::host_transport<staged_model>);
+static_assert(chorus::direct_transport<staged_model>);
 static_assert(chorus::staged_device<testing_support::host_model_device>);
 static_assert(chorus::control_transport<chorus::loopback_transport>);
 
 struct staged_runner {
     template <class Fn>
     static void run(rank_t p, Fn&& fn, std::chrono::milliseconds timeout) {
+        run_with(p, [](rank_t) { return chorus::staged_config{256, 3, 64}; }, fn, timeout);
+    }
+    /// Rank r's transport (a Model) configured as config_of(r).
+    template <class Model = staged_model, class Config, class Fn>
+    static void run_with(rank_t p, Config const& config_of, Fn&& fn, std::chrono::milliseconds timeout) {
         chorus::run_ranks(p, [&](chorus::loopback_transport& control) {
-            std::optional<staged_model> tp;
+            std::optional<Model> tp;
             try {
-                tp.emplace(std::move(control), chorus::staged_config{256, 3}, testing_support::host_model_device{});
+                rank_t const r = control.rank();
+                tp.emplace(std::move(control), config_of(r), typename Model::device_type{});
                 fn(*tp);
             } catch (std::exception const& e) {
                 if (tp) tp->abort(e.what());
@@ -53,6 +61,22 @@ struct staged_runner {
         }, {.timeout = timeout});
     }
 };
+
+/// Runs fn on p ranks and returns what each rank's chorus::error said ("" for none).
+template <class Config, class Fn>
+std::vector<std::string> errors_of(rank_t p, Config const& config_of, Fn const& fn) {
+    std::mutex mutex;
+    std::vector<std::string> errors(static_cast<std::size_t>(p));
+    staged_runner::run_with(p, config_of, [&](staged_model& tp) {
+        try {
+            fn(tp);
+        } catch (chorus::error const& e) {
+            std::lock_guard lock(mutex);
+            errors[static_cast<std::size_t>(tp.rank())] = e.what();
+        }
+    }, 20s);
+    return errors;
+}
 
 } // namespace
 
@@ -64,6 +88,89 @@ TEST_CASE("staged protocol (host model): the collective matrix at 1 to 4 ranks")
         oracle::failures f;
         staged_runner::run(p, [&](staged_model& tp) { checks::all(tp, f); }, 60s);
         CHECK_MESSAGE(f.count() == 0, f.report());
+    }
+}
+
+TEST_CASE("staged protocol (host model): one_shot in one round of 16 KiB slots, one copy into the slot and no message") {
+    // The matrix above runs every one_shot collective over 64-byte slots (many rounds); here
+    // the slots of CUDA IPC's kind, 16 KiB: the same collectives in one round each.
+    auto const config = [](rank_t) { return chorus::staged_config{256, 3, 16 * 1024}; };
+    for (rank_t p : {1, 2, 3, 4}) {
+        CAPTURE(p);
+        oracle::failures f;
+        staged_runner::run_with(p, config, [&](staged_model& tp) {
+            checks::one_shot_collectives(tp, f);
+            // The automatic choice takes one round for a small allreduce: the block's copy into
+            // this rank's slot is its only device copy (messages would copy twice per peer).
+            std::vector<double> v(100, tp.rank() + 1.0);
+            long const before = tp.device().copies;
+            chorus::allreduce(tp, v);
+            CHECK(tp.device().copies - before == 1);
+            for (double x : v) REQUIRE(x == tp.size() * (tp.size() + 1) / 2.0);
+        }, 60s);
+        CHECK_MESSAGE(f.count() == 0, f.report());
+    }
+}
+
+TEST_CASE("staged protocol (host model): one_shot folds every rank's block in one pass where the memory space can (as a kernel on a GPU)") {
+    using folding_model = chorus::staged_transport<testing_support::folding_host_model_device, chorus::loopback_transport>;
+    static_assert(chorus::direct_transport<folding_model>);
+    // Rank order, in place and not, an op with a finish (avg) and one that does not commute.
+    struct affine {  // a * 3 + b: the order of the operands shows in the result
+        long long operator()(long long a, long long b) const noexcept { return a * 3 + b; }
+    };
+    auto const value = [](rank_t r, std::size_t i) { return static_cast<long long>(r) * 1000 + static_cast<long long>(i); };
+    for (rank_t p : {2, 3, 4}) {
+        CAPTURE(p);
+        long const folds = testing_support::folding_host_memory::folds.load();
+        staged_runner::run_with<folding_model>(p, [](rank_t) { return chorus::staged_config{256, 3, 256}; }, [&](folding_model& tp) {
+            std::size_t const n = 45;  // 360 bytes: two rounds of 32 elements and 13
+            std::vector<long long> v(n), w(n), out(n * static_cast<std::size_t>(p)), rs(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = w[i] = value(tp.rank(), i);
+            chorus::allreduce<chorus::one_shot>(tp, std::span(v), affine{});
+            chorus::allreduce<chorus::one_shot>(tp, std::span(w), chorus::avg{});
+            for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(tp.rank(), i) + 7;
+            chorus::reduce_scatter<chorus::one_shot>(tp, std::span<long long const>(out), std::span(rs), affine{});
+            auto const me = static_cast<std::size_t>(tp.rank());
+            for (std::size_t i = 0; i < n; ++i) {
+                long long folded = value(0, i), sum = value(0, i), scattered = value(0, me * n + i) + 7;
+                for (rank_t r = 1; r < p; ++r) {
+                    folded = folded * 3 + value(r, i);
+                    sum += value(r, i);
+                    scattered = scattered * 3 + value(r, me * n + i) + 7;
+                }
+                REQUIRE(v[i] == folded);
+                REQUIRE(w[i] == sum / p);
+                REQUIRE(rs[i] == scattered);
+            }
+        }, 20s);
+        // A pass per round on every rank up to max_fold ranks: the allreduces take 2 rounds of
+        // 32 elements, the reduce_scatter rounds of 256 / (8 p) elements of every block.
+        std::size_t const k = 256 / (8 * static_cast<std::size_t>(p)), rounds = 2 + 2 + (45 + k - 1) / k;
+        long const passes = testing_support::folding_host_memory::folds.load() - folds;
+        CHECK(passes == (p <= 3 ? static_cast<long>(rounds) * p : 0));
+    }
+}
+
+TEST_CASE("staged protocol (host model): ranks that call a collective differently fail alike, on either side of the one_shot limit") {
+    auto const slots = [](rank_t) { return chorus::staged_config{256, 3, 64}; };
+    auto const allreduce_of = [&](std::size_t n0, std::size_t n1) {
+        return errors_of(3, slots, [&](staged_model& tp) {
+            std::vector<double> v(tp.rank() == 1 ? n1 : n0, 1.0);
+            chorus::allreduce(tp, v);
+        });
+    };
+    conformance::one_shot_mismatches(allreduce_of, 4, 5, 1000);  // 64-byte rounds: 4 and 5 doubles fit
+}
+
+TEST_CASE("staged protocol (host model): ranks whose FIFOs or slots differ in size refuse each other, naming the setting") {
+    // A rank that computed its peers' layout from other sizes would copy into the wrong place
+    // of their memory: no operation runs, every rank says which setting differs.
+    auto const errors = errors_of(3, [](rank_t r) { return chorus::staged_config{256, 3, r == 1 ? 128u : 64u}; },
+                                  [](staged_model& tp) { chorus::barrier(tp); });
+    for (auto const& e : errors) {
+        CHECK_MESSAGE(e.find("direct_bytes 128") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("must agree") != std::string::npos, e);
     }
 }
 
@@ -107,22 +214,35 @@ TEST_CASE("staged protocol (host model): messages of many chunks, unexpected and
 }
 
 TEST_CASE("staged protocol (host model): a device error or a wrong current device fails the collective on every rank, with its text") {
-    for (bool const copy_fails : {true, false}) {
-        CAPTURE(copy_fails);
-        std::mutex mutex;
-        std::vector<std::string> errors(3, "no error");
-        staged_runner::run(3, [&](staged_model& tp) {
-            if (tp.rank() == 0) (copy_fails ? tp.device().fail_copies : tp.device().wrong_device) = true;
-            std::vector<std::uint32_t> v(100, 1);
-            try {
-                chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
-            } catch (chorus::error const& e) {
-                std::lock_guard lock(mutex);
-                errors[static_cast<std::size_t>(tp.rank())] = e.what();
+    enum fault { copy_fails, wrong_device, completion_fails };
+    for (bool const one_shot : {false, true}) {
+        for (fault const f : {copy_fails, wrong_device, completion_fails}) {
+            CAPTURE(one_shot);
+            CAPTURE(static_cast<int>(f));
+            std::mutex mutex;
+            std::vector<std::string> errors(3, "no error");
+            staged_runner::run(3, [&](staged_model& tp) {
+                if (tp.rank() == 0) {
+                    auto& d = tp.device();
+                    (f == copy_fails ? d.fail_copies : f == wrong_device ? d.wrong_device : d.fail_completion) = true;
+                }
+                std::vector<std::uint32_t> v(100, 1);
+                try {
+                    if (one_shot) chorus::allreduce<chorus::one_shot>(tp, v, chorus::sum{});
+                    else chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
+                } catch (chorus::error const& e) {
+                    std::lock_guard lock(mutex);
+                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
+                }
+            }, 20s);
+            char const* const want = f == copy_fails     ? "host model: copy failed (injected)"
+                                     : f == wrong_device ? "current device is not the transport's"
+                                                         : "host model: queued work failed (injected)";
+            for (auto const& e : errors) {
+                CHECK_MESSAGE(e.find(want) != std::string::npos, e);
+                CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
             }
-        }, 20s);
-        char const* const want = copy_fails ? "host model: copy failed (injected)" : "current device is not the transport's";
-        for (auto const& e : errors) CHECK_MESSAGE(e.find(want) != std::string::npos, e);
+        }
     }
 }
 

@@ -172,6 +172,14 @@ inline std::string size_mismatch_message(rank_t me, std::size_t got, rank_t src,
            "-byte receive posted for it";
 }
 
+/// Ranks that called one collective with sizes on either side of the one_shot limit: rank `me`
+/// exchanges directly (`exchanging`) while `peer` sends it messages of `tag`, or the reverse.
+inline std::string direct_mismatch_message(rank_t me, tag_t tag, rank_t peer, bool exchanging) {
+    return "rank " + std::to_string(me) + (exchanging ? " exchanges " : " waits for messages of ") + describe_tag(tag) +
+           " but rank " + std::to_string(peer) + (exchanging ? " sends it messages" : " exchanges it directly (one_shot)") +
+           ": the ranks called it with different sizes";
+}
+
 /// The error text when `src` sent a message of another collective than the one `me` is in.
 inline std::string collective_mismatch_message(rank_t me, tag_t posted, rank_t src, tag_t arrived) {
     return "rank " + std::to_string(me) + " is in " + describe_tag(posted) + " but rank " + std::to_string(src) +

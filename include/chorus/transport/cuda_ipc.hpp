@@ -11,8 +11,12 @@
 //
 // Messages move through per-peer FIFOs in the receiver's device memory, shared once with
 // cudaIpcGetMemHandle / cudaIpcOpenMemHandle (the protocol: staged/protocol.hpp); the
-// handles, chunk headers and credits travel over a tcp_transport, whose rendezvous
-// (MASTER_ADDR/MASTER_PORT, chorusrun) sets the group up.
+// handles, chunk headers and credits travel over a shm_transport (the ranks share one node),
+// whose ranks meet once over tcp_transport's rendezvous (MASTER_ADDR/MASTER_PORT, chorusrun):
+// a control message then costs about a microsecond, not the tens of a loopback TCP round
+// trip, and a peer that dies is named within milliseconds. Small collectives take one_shot
+// rounds instead (it is a direct_transport): a block copied once into a slot of the rank's own
+// memory, read by the peers in place and folded in one kernel (cuda_device_memory::fold).
 //
 // Stream semantics. Every copy and kernel of chorus runs on cudaStreamPerThread, which
 // synchronises with the legacy default stream: work a program issued there before a collective
@@ -50,6 +54,7 @@
 #include <chorus/fwd.hpp>
 #include <chorus/reduce/cuda_types.hpp>
 #include <chorus/reduce/traits.hpp>
+#include <chorus/transport/shm.hpp>
 #include <chorus/transport/staged.hpp>
 #include <chorus/transport/tcp.hpp>
 
@@ -78,6 +83,24 @@ template <class T, class Op>
 __global__ void cuda_reduce_kernel(T* out, T const* a, T const* b, std::size_t n, Op op) {
     for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
         out[i] = static_cast<T>(op(a[i], b[i]));
+}
+
+// out[i] = parts[0][i] op ... op parts[count-1][i], finished (direct_fold): the operands are
+// this rank's block and its peers' slots, read where they lie (IPC-mapped).
+inline constexpr std::size_t cuda_max_fold = 16;
+template <class T>
+struct cuda_fold_parts {
+    T const* part[cuda_max_fold];
+    unsigned count;
+};
+template <class T, class Op>
+__global__ void cuda_fold_kernel(T* out, cuda_fold_parts<T> parts, std::size_t n, Op op, rank_t p) {
+    for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+        T acc = static_cast<T>(op(parts.part[0][i], parts.part[1][i]));
+        for (unsigned r = 2; r < parts.count; ++r) acc = static_cast<T>(op(acc, parts.part[r][i]));
+        if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
+        out[i] = acc;
+    }
 }
 
 template <class T, class Op>
@@ -177,6 +200,23 @@ struct cuda_device_memory {
         detail::cuda_reduce_kernel<<<detail::cuda_grid(n), detail::cuda_block, 0, detail::cuda_stream()>>>(out.data(), a.data(),
                                                                                                          b.data(), n, op);
         detail::cuda_check(cudaGetLastError(), "chorus reduction kernel launch");
+    }
+
+    /// out[i] = parts[0][i] op ... op parts[k-1][i], then the op's finish, in one kernel (the
+    /// one_shot collectives' fold over the peers' slots); 2 <= k <= max_fold.
+    static constexpr std::size_t max_fold = detail::cuda_max_fold;
+    template <class T, class Op>
+    static void fold(std::span<T> out, std::span<T const* const> parts, Op const& op, rank_t p) {
+        if (parts.size() < 2 || parts.size() > max_fold)
+            throw invalid_argument("cuda_device_memory::fold: " + std::to_string(parts.size()) + " operands, not 2 to " +
+                                   std::to_string(max_fold));
+        if (out.empty()) return;
+        detail::cuda_fold_parts<T> args{};
+        for (std::size_t r = 0; r < parts.size(); ++r) args.part[r] = parts[r];
+        args.count = static_cast<unsigned>(parts.size());
+        detail::cuda_fold_kernel<<<detail::cuda_grid(out.size()), detail::cuda_block, 0, detail::cuda_stream()>>>(out.data(), args,
+                                                                                                                out.size(), op, p);
+        detail::cuda_check(cudaGetLastError(), "chorus fold kernel launch");
     }
 
     template <class T, class Op>
@@ -294,12 +334,24 @@ public:
             (void)cudaEventDestroy(e);
         }
     }
-    void synchronize() noexcept { (void)cudaStreamSynchronize(cuda_stream()); }
+    // Every stream of the device, not only this thread's: the destructor may run on another
+    // thread than the one whose queued kernels still read the peers' slots (one_shot).
+    void synchronize() noexcept { (void)cudaDeviceSynchronize(); }
 
 private:
     int ordinal_;
     std::vector<cudaEvent_t> pool_;
 };
+
+/// The control channel's shared memory: rings of 64 KiB (a control record is one of 128
+/// bytes), no direct slots (the one_shot blocks are in device memory), `timeout`.
+inline shm_config cuda_control_memory(std::chrono::milliseconds timeout = shm_config{}.timeout) {
+    shm_config c;
+    c.ring_bytes = std::size_t{64} << 10;
+    c.direct_bytes = 0;
+    c.timeout = timeout;
+    return c;
+}
 
 /// The GPU of a rank: `requested` if not negative, else local_rank modulo the device count.
 inline int cuda_pick_device(int requested, rank_t local_rank) {
@@ -322,58 +374,89 @@ struct cuda_ipc_options {
     /// message in flight.
     std::size_t chunk = std::size_t{4} << 20;
     std::size_t slots = 4;
+    /// The largest block of a one_shot round (two slots of it per rank, behind the FIFOs): a
+    /// collective whose block fits takes one copy into this rank's slot and one control record
+    /// per peer, the peers reading the slot in place and folding in one kernel; 0: none.
+    /// Not yet measured on a GPU: see docs/algorithms.md#one_shot-over-cuda-ipc.
+    std::size_t direct_bytes = std::size_t{1} << 20;
 };
 
 struct cuda_ipc_config {
-    /// The control channel: rendezvous, FIFO handles, chunk headers and credits.
+    /// The rendezvous, over TCP; its timeout bounds every wait of the transport.
     tcp_config control;
     cuda_ipc_options options;
+    /// The control channel's shared memory (FIFO handles, chunk headers, credits, one_shot
+    /// records); its timeout is control's.
+    shm_config control_memory = detail::cuda_control_memory();
 };
 
 /// One rank of a CUDA IPC group. Move-only; one thread drives it, with the transport's device
 /// current (the constructor makes it current in its thread; another thread must call
 /// cudaSetDevice(tp.device_ordinal()) first, or its operations throw invalid_argument and
-/// fail the group). A CUDA error in an operation fails the group too, its text reaching every
+/// fail the group). Its work goes to the driving thread's cudaStreamPerThread: a thread that
+/// takes over from another calls tp.synchronize() in the other first, so that the one_shot
+/// rounds' ordering (a round's copy after the previous round's reads) holds across them. A CUDA error in an operation fails the group too, its text reaching every
 /// rank, as any other failure does.
-class cuda_ipc_transport : public staged_transport<detail::cuda_ipc_device, tcp_transport> {
-    using base = staged_transport<detail::cuda_ipc_device, tcp_transport>;
+class cuda_ipc_transport : public staged_transport<detail::cuda_ipc_device, shm_transport> {
+    using base = staged_transport<detail::cuda_ipc_device, shm_transport>;
 
 public:
-    /// Connects the control channel (the rendezvous of tcp_transport), picks the GPU and
-    /// shares the FIFOs.
-    explicit cuda_ipc_transport(cuda_ipc_config config) : cuda_ipc_transport(tcp_transport(std::move(config.control)), config.options) {}
+    /// Meets the other ranks (the rendezvous of tcp_transport), joins them in shared memory
+    /// for the control channel, picks the GPU and shares the FIFOs.
+    explicit cuda_ipc_transport(cuda_ipc_config config)
+        : cuda_ipc_transport(tcp_transport(std::move(config.control)), config.options, config.control_memory) {}
 
-    /// Over an existing tcp_transport as the control channel (it must have no messages in
-    /// flight), e.g. one a program already used for host data: no second rendezvous.
-    explicit cuda_ipc_transport(tcp_transport&& control, cuda_ipc_options options = {})
-        : base(std::move(control), staged_config{options.chunk, options.slots},
+    /// Over an existing tcp_transport (it must have no messages in flight), e.g. one a program
+    /// already used for host data: no second rendezvous. The ranks meet over it, then leave it
+    /// (it is moved from) for a control channel in shared memory whose timeout is its.
+    explicit cuda_ipc_transport(tcp_transport&& bootstrap, cuda_ipc_options options = {},
+                                shm_config control_memory = detail::cuda_control_memory())
+        : cuda_ipc_transport(shm_transport::over(std::move(bootstrap), with_timeout(control_memory, bootstrap.timeout())), options) {}
+
+    /// Over an existing shm_transport as the control channel (no messages in flight).
+    explicit cuda_ipc_transport(shm_transport&& control, cuda_ipc_options options = {})
+        : base(std::move(control), staged_config{options.chunk, options.slots, options.direct_bytes},
                detail::cuda_ipc_device(detail::cuda_pick_device(options.device, control.local_rank()))) {}
 
-    /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES and CHORUS_CUDA_SLOTS.
+    /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES, CHORUS_CUDA_SLOTS and
+    /// CHORUS_CUDA_DIRECT_BYTES.
     static cuda_ipc_options options_from_env() {
         detail::env_reader const env("cuda_ipc_transport::from_env");
         cuda_ipc_options o;
         o.device = static_cast<int>(env.number_at_least("CHORUS_CUDA_DEVICE", 0, o.device));
         o.chunk = static_cast<std::size_t>(env.number_at_least("CHORUS_CUDA_CHUNK_BYTES", 1, static_cast<long long>(o.chunk)));
         o.slots = static_cast<std::size_t>(env.number_at_least("CHORUS_CUDA_SLOTS", 1, static_cast<long long>(o.slots)));
+        o.direct_bytes = static_cast<std::size_t>(
+            env.number_at_least("CHORUS_CUDA_DIRECT_BYTES", 0, static_cast<long long>(o.direct_bytes)));
         return o;
     }
-    /// The launcher's variables (tcp_config_from_env) and options_from_env(); errors name
-    /// cuda_ipc_transport::from_env.
+    /// The launcher's variables (tcp_config_from_env), options_from_env() and the shared
+    /// memory's CHORUS_* settings (shm_config_from_env, with rings of 64 KiB unless
+    /// CHORUS_SHM_RING_BYTES says otherwise); errors name cuda_ipc_transport::from_env.
     static cuda_ipc_config config_from_env() {
-        return {tcp_config_from_env("cuda_ipc_transport::from_env"), options_from_env()};
+        char const* const caller = "cuda_ipc_transport::from_env";
+        shm_config memory = shm_config_from_env(caller);
+        if (detail::env_reader::get({"CHORUS_SHM_RING_BYTES"}).empty()) memory.ring_bytes = detail::cuda_control_memory().ring_bytes;
+        memory.direct_bytes = 0;
+        return {tcp_config_from_env(caller), options_from_env(), memory};
     }
     static cuda_ipc_transport from_env() { return cuda_ipc_transport(config_from_env()); }
 
-    /// Ring allreduce segments (detail::ring_segment_elements): each message costs a control
-    /// round trip of tens of microseconds while a 256 KiB device copy takes a few, so the
-    /// ring's messages are as large as the default FIFO chunk.
+    /// Ring allreduce segments (detail::ring_segment_elements): each chunk costs two device
+    /// copies, their event waits and a control message each way, while a 256 KiB device copy
+    /// takes a few microseconds, so the ring's messages are as large as the default FIFO chunk.
     static constexpr std::size_t ring_segment_bytes = std::size_t{4} << 20;
 
     /// The CUDA device ordinal this rank uses.
     int device_ordinal() noexcept { return device().ordinal(); }
     /// Waits for all of chorus's queued device work (the last reduction of a collective).
     void synchronize() { cuda_device_memory::synchronize(); }
+
+private:
+    static shm_config with_timeout(shm_config c, std::chrono::milliseconds timeout) noexcept {
+        c.timeout = timeout;
+        return c;
+    }
 };
 
 } // namespace chorus

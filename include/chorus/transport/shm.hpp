@@ -101,12 +101,18 @@ public:
     /// ranks meet over tcp_transport::from_env()'s variables, then talk through memory.
     static shm_transport from_env() {
         shm_config const config = shm_config_from_env("shm_transport::from_env");
-        tcp_config tcp = tcp_config_from_env("shm_transport::from_env");
-        tcp_transport bootstrap(std::move(tcp));
+        return over(tcp_transport(tcp_config_from_env("shm_transport::from_env")), config);
+    }
+
+    /// Joins the ranks of `bootstrap` (moved from), then leaves it as a program's end does:
+    /// its ranks meet there once. When joining fails alike on every rank (not on one host,
+    /// settings that differ) each throws, and the bootstrap is left, not aborted.
+    static shm_transport over(tcp_transport&& bootstrap, shm_config config) {
+        tcp_transport tcp = std::move(bootstrap);
         try {
-            return shm_transport(bootstrap, config);
+            return shm_transport(tcp, config);
         } catch (detail::agreed_failure const&) {  // every rank throws it: leave, do not abort
-            { tcp_transport const leaving = std::move(bootstrap); }
+            { tcp_transport const leaving = std::move(tcp); }
             throw;
         }
     }

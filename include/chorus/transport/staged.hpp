@@ -6,9 +6,15 @@
 // receiver's memory, copied by a device (a staged_device), with a control channel (a
 // control_transport) for chunk headers and credits. The protocol: staged/protocol.hpp; the
 // engine: staged/engine.hpp. cuda_ipc_transport is staged_transport<cuda_ipc_device,
-// tcp_transport>; the tests run it over a host model of a device and over loopback or TCP.
+// shm_transport>; the tests run it over a host model of a device and over loopback or shared
+// memory.
+//
+// With staged_config::direct_bytes it is a direct_transport too: blocks of the one_shot
+// collectives are copied into a slot of the rank's own memory and read by the peers where
+// they lie (protocol.hpp).
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -27,6 +33,7 @@ class staged_transport {
 public:
     using memory_space = typename Device::memory_space;
     using engine = detail::staged_engine<Device, Control>;
+    using device_type = Device;
     using request = detail::request_handle<engine, detail::staged_op>;
 
     /// Over a connected control channel with no messages in flight (the engine uses its tags 1
@@ -52,6 +59,15 @@ public:
         return {engine_.get(), engine_->irecv(peer, tag, bytes)};
     }
     std::uint64_t next_sequence() noexcept { return engine_->next_sequence(); }
+
+    /// The direct exchange (transport/concepts.hpp, direct_transport): blocks of up to
+    /// direct_bytes() in device memory, read by the peers in place; direct_bytes() 0: none.
+    std::size_t direct_bytes() const noexcept { return engine_->direct_bytes(); }
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        engine_->exchange(pieces, agreed, tag);
+    }
+    std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
+    std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {
         try {
             engine_->abort(reason ? reason : "aborted");

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -73,7 +74,7 @@ public:
         if (n == 0)
             fail_argument(tp_, describe_shape(shape_) + ": one_shot needs " + std::to_string(unit * per_unit) +
                                    " bytes in a round, more than this transport's direct_bytes (" + std::to_string(tp_.direct_bytes()) +
-                                   ", CHORUS_SHM_DIRECT_BYTES)");
+                                   ": CHORUS_SHM_DIRECT_BYTES, CHORUS_CUDA_DIRECT_BYTES)");
         return n;
     }
 
@@ -157,6 +158,16 @@ std::span<T const> direct_block(Transport const& tp, rank_t r) noexcept {
     return direct_block<T>(tp, r, 0, tp.block(r).size() / sizeof(T));
 }
 
+/// A memory space that folds many operands in one pass (`fold(out, parts, op, p)`: out[i] =
+/// parts[0][i] op ... op parts[k-1][i], finished; `out` may be one of them): on a device one
+/// kernel reads every peer's block, where pairwise steps would launch p - 1 kernels and write
+/// `out` as often.
+template <class Space, class T, class Op>
+concept folding_space = requires(std::span<T> out, std::span<T const* const> parts, Op const& op, rank_t p) {
+    { Space::max_fold } -> std::convertible_to<std::size_t>;
+    Space::fold(out, parts, op, p);
+};
+
 /// out = block 0 op block 1 op ... op block p-1 (elements `first` .. `first + out.size()` of
 /// each), in rank order, then the op's finish (AVG's division). This rank's part is read from
 /// `own` rather than from its published copy (a copy less to pull through the cache), unless
@@ -165,6 +176,15 @@ template <class Transport, class T, class Op>
 void direct_fold(Transport const& tp, std::span<T const> own, std::span<T> out, std::size_t first, Op const& op) {
     using space = typename Transport::memory_space;
     rank_t const p = tp.size();
+    if constexpr (folding_space<space, T, Op>) {
+        if (p >= 2 && static_cast<std::size_t>(p) <= space::max_fold) {
+            // One pass reads every operand of an element before writing it: `own` may be `out`.
+            std::array<T const*, space::max_fold> parts{};
+            for (rank_t r = 0; r < p; ++r)
+                parts[static_cast<std::size_t>(r)] = r == tp.rank() ? own.data() : direct_block<T>(tp, r, first, out.size()).data();
+            return space::fold(out, std::span<T const* const>(parts.data(), static_cast<std::size_t>(p)), op, p);
+        }
+    }
     bool const own_intact = own.data() != out.data() || tp.rank() <= 1;
     auto const part = [&](rank_t r) { return r == tp.rank() && own_intact ? own : direct_block<T>(tp, r, first, out.size()); };
     if (p == 1) {

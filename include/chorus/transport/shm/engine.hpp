@@ -897,10 +897,7 @@ private:
             mismatch = newest->round.load(std::memory_order_acquire) != 0 && newest->tag == op.tag;
         }
         if (!mismatch) return;
-        std::string const what = "rank " + std::to_string(me_) + (op.direct ? " exchanges " : " waits for messages of ") +
-                                 describe_tag(op.tag) + " but rank " + std::to_string(op.peer) +
-                                 (op.direct ? " sends it messages" : " exchanges it directly (one_shot)") +
-                                 ": the ranks called it with different sizes";
+        std::string const what = direct_mismatch_message(me_, op.tag, op.peer, op.direct);
         abort(me_, what);
         op.fail(errc::size_mismatch, what);
     }

@@ -11,8 +11,13 @@
 // engine, and so does a device error (its text goes to the peers) or a call from a thread
 // whose current device is not the engine's; a size or collective mismatch fails its receive
 // and, when waited for, the group.
+//
+// Direct exchanges (exchange(), block(), agreed(): the one_shot collectives) follow protocol.hpp:
+// a block is copied into this rank's slot, announced by a control record, and read by the
+// peers where it lies.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -24,6 +29,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -44,13 +50,15 @@ public:
     /// `control` is the control channel, connected; it must have no messages in flight (the
     /// engine uses its tags 1 and 2). Starts the exchange of FIFO handles with every peer.
     staged_engine(Control&& control, staged_config config, Device device)
-        : device_(std::move(device)), chunk_(config.chunk), slots_(config.slots), timeout_(control.timeout()) {
+        : device_(std::move(device)), chunk_(config.chunk), slots_(config.slots), direct_bytes_(config.direct_bytes),
+          timeout_(control.timeout()) {
         if (chunk_ == 0 || slots_ == 0) throw invalid_argument("staged transport: chunk and slots must be positive");
         control_.emplace(std::move(control));
         me_ = control_->rank();
         peers_.resize(static_cast<std::size_t>(control_->size()));
-        // One allocation holds the FIFOs of all senders, self included: region s is s's.
-        fifo_ = device_.allocate_shared(peers_.size() * region_bytes());
+        // One allocation holds the FIFOs of all senders, self included (region s is s's), then
+        // the two direct slots.
+        fifo_ = device_.allocate_shared(direct_offset() + 2 * direct_stride());
         try {
             exchange_handles();
             for (rank_t r = 0; r < size(); ++r) post_control_receive(r);
@@ -112,6 +120,74 @@ public:
     std::uint64_t next_sequence() noexcept { return sequence_++; }
     Device& device() noexcept { return device_; }
 
+    /// The largest block of a direct exchange; 0: none.
+    std::size_t direct_bytes() const noexcept { return direct_bytes_; }
+
+    /// One round of the direct exchange (transport/concepts.hpp, direct_transport): copies the
+    /// concatenation of `pieces` into this rank's slot of the round, and once the copy
+    /// completed tells every peer; returns once every peer told this rank of its block of the
+    /// round. Waits as wait() does (moving messages, bounded by the timeout, failing with the
+    /// group), as for a receive of `tag` from the first rank not heard from.
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        throw_if_failed();
+        check_device();
+        std::size_t bytes = 0;
+        for (auto const& piece : pieces) bytes += piece.size();
+        if (bytes > direct_bytes_)
+            throw invalid_argument("staged transport: a direct block of " + std::to_string(bytes) + " bytes exceeds direct_bytes " +
+                                   std::to_string(direct_bytes_));
+        std::uint64_t const round = ++round_;
+        std::optional<typename Device::event> copied;
+        failing_on_error([&] {
+            std::byte* to = direct_slot(static_cast<std::byte*>(fifo_), round);
+            for (auto const& piece : pieces) {
+                if (!piece.empty()) device_.copy(to, piece.data(), piece.size());
+                to += piece.size();
+            }
+            copied.emplace(device_.record());
+        });
+        // The copy completes before the peers hear of the block, and with it every read of an
+        // earlier round's blocks this rank enqueued: the peers may then reuse those slots. One
+        // deadline for the round: waiting for the copy, then for the peers.
+        auto const deadline = deadline_after(timeout_);
+        bool done = false;
+        try {
+            wait_direct([&] { return done || (done = device_.done(*copied)); }, tag, [&] { return me_; }, deadline);
+        } catch (...) {
+            device_.release(*copied);
+            throw;
+        }
+        device_.release(*copied);
+        peer_of(me_).direct[round & 1] = {round, bytes, agreed, tag};
+        failing_on_error([&] {
+            for (rank_t r = 0; r < size(); ++r)
+                if (r != me_) send_control(r, {staged_control::direct, tag, bytes, round, 0, agreed});
+        });
+        auto const missing = [&]() -> rank_t {  // the first rank not heard from (or not opened)
+            for (rank_t r = 0; r < size(); ++r) {
+                peer_state const& q = peer_of(r);
+                if (q.direct[round & 1].round != round || !q.remote) return r;
+            }
+            return -1;
+        };
+        wait_direct([&] { return missing() < 0; }, tag, missing, deadline);
+        // The same round of another collective: a rank skipped one, or called others.
+        for (rank_t r = 0; r < size(); ++r) {
+            if (tag_t const theirs = peer_of(r).direct[round & 1].tag; theirs != tag) {
+                std::string const what = collective_mismatch_message(me_, tag, r, theirs);
+                abort(what);
+                throw transport_error(errc::tag_mismatch, r, what);
+            }
+        }
+    }
+    /// Rank r's block of this rank's latest round, in r's memory (this rank's own: its slot).
+    std::span<std::byte const> block(rank_t r) const noexcept {
+        peer_state const& q = peers_[static_cast<std::size_t>(r)];
+        auto const* base = static_cast<std::byte const*>(r == me_ ? fifo_ : q.opened);
+        return {direct_slot(base, round_), static_cast<std::size_t>(q.direct[round_ & 1].bytes)};
+    }
+    std::uint64_t agreed(rank_t r) const noexcept { return peers_[static_cast<std::size_t>(r)].direct[round_ & 1].agreed; }
+
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         check_peer(me_, peer, size());
         throw_if_failed();
@@ -156,6 +232,12 @@ public:
                 settle_device();
                 std::rethrow_exception(failure_);
             }
+            if (exchanges_instead(*op)) {
+                unpost(*op);
+                op->fail(errc::size_mismatch, direct_mismatch_message(me_, op->tag, op->peer, false));
+                settle_device();
+                break;
+            }
             if (clock::now() > deadline) {
                 unpost(*op);
                 settle_device();
@@ -192,6 +274,19 @@ private:
     using clock = std::chrono::steady_clock;
     using control_request = typename Control::request;
     static constexpr tag_t control_tag = 1, handle_tag = 2;
+
+    // What a rank sends each peer at set-up: the handle of its memory and where in it things lie.
+    struct hello {
+        typename Device::handle handle;
+        std::uint64_t chunk, slots, direct_bytes;
+    };
+    static_assert(std::is_trivially_copyable_v<hello>);
+    // A peer's direct record of one round (its latest two are kept: a peer may announce round
+    // k + 1 while this rank still waits for another's record of round k).
+    struct direct_record {
+        std::uint64_t round = 0, bytes = 0, agreed = 0;
+        tag_t tag = 0;
+    };
 
     struct unexpected_message {
         tag_t tag = 0;
@@ -230,9 +325,19 @@ private:
         unexpected_ptr current_staged;                 // the unexpected message it goes to
         std::deque<chunk_copy> recv_copies;
         std::uint64_t credits_owed = 0;
+        std::array<direct_record, 2> direct{};  // by round % 2
     };
 
     std::size_t region_bytes() const noexcept { return chunk_ * slots_; }
+    // The direct slots: behind the FIFOs, each at a multiple of 256 bytes (blocks must be
+    // aligned to direct_alignment; device allocations are aligned to 256).
+    static constexpr std::size_t round_up(std::size_t n) noexcept { return (n + 255) / 256 * 256; }
+    std::size_t direct_offset() const noexcept { return round_up(peers_.size() * region_bytes()); }
+    std::size_t direct_stride() const noexcept { return round_up(direct_bytes_); }
+    template <class Byte>
+    Byte* direct_slot(Byte* base, std::uint64_t round) const noexcept {
+        return base + direct_offset() + (round & 1) * direct_stride();
+    }
     peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
 
     // Runs f; a device or control error in it fails the engine (and goes on to the caller).
@@ -263,7 +368,7 @@ private:
     // Posts the exchange of FIFO handles; progress() opens each peer's when it arrived. Not waited
     // for: a peer that fails right after its set-up must fail our next operation, not this one.
     void exchange_handles() {
-        own_handle_ = device_.export_handle(fifo_);
+        own_hello_ = {device_.export_handle(fifo_), chunk_, slots_, direct_bytes_};
         handles_.resize(peers_.size());
         for (rank_t r = 0; r < size(); ++r) {
             peer_state& q = peer_of(r);
@@ -273,7 +378,7 @@ private:
                 continue;
             }
             q.handle_in.emplace(control_->irecv(r, handle_tag, std::as_writable_bytes(std::span(&handles_[static_cast<std::size_t>(r)], 1))));
-            q.handle_out.emplace(control_->isend(r, handle_tag, std::as_bytes(std::span(&own_handle_, 1))));
+            q.handle_out.emplace(control_->isend(r, handle_tag, std::as_bytes(std::span(&own_hello_, 1))));
         }
     }
 
@@ -282,7 +387,19 @@ private:
         if (q.handle_out && q.handle_out->test()) q.handle_out.reset();
         if (closing_ || q.remote || !q.handle_in || !q.handle_in->test()) return;
         q.handle_in.reset();
-        q.opened = device_.open_handle(handles_[static_cast<std::size_t>(r)]);
+        hello const& theirs = handles_[static_cast<std::size_t>(r)];
+        if (theirs.chunk != chunk_ || theirs.slots != slots_ || theirs.direct_bytes != direct_bytes_) {
+            auto const layout = [](hello const& h) {
+                return "chunk " + std::to_string(h.chunk) + ", slots " + std::to_string(h.slots) + ", direct_bytes " +
+                       std::to_string(h.direct_bytes);
+            };
+            std::string const what = "staged transport: rank " + std::to_string(r) + " has " + layout(theirs) + ", rank " +
+                                     std::to_string(me_) + " " + layout(own_hello_) +
+                                     " (every rank must agree: CHORUS_CUDA_CHUNK_BYTES, CHORUS_CUDA_SLOTS, CHORUS_CUDA_DIRECT_BYTES)";
+            abort(what);
+            throw invalid_argument(what);
+        }
+        q.opened = device_.open_handle(theirs.handle);
         q.remote = static_cast<std::byte*>(q.opened) + static_cast<std::size_t>(me_) * region_bytes();
     }
 
@@ -418,6 +535,18 @@ private:
     void on_control(rank_t from, staged_control const& m) {
         peer_state& q = peer_of(from);
         if (m.kind == staged_control::bye) return void(q.said_bye = true);
+        if (m.kind == staged_control::direct) {
+            // A peer is at most one round ahead (it needs this rank's record of a round to leave
+            // it), and its block fits our slots (the layouts agreed at set-up): anything else
+            // is a corrupt record, which must not show another round's block.
+            if (m.offset != round_ && m.offset != round_ + 1)
+                throw transport_error(errc::peer_failed, from,
+                                      "staged transport: rank " + std::to_string(from) + " announced direct round " +
+                                          std::to_string(m.offset) + " while rank " + std::to_string(me_) + " is at round " +
+                                          std::to_string(round_) + " (a corrupt control record)");
+            q.direct[m.offset & 1] = {m.offset, std::min<std::uint64_t>(m.total, direct_bytes_), m.slot, static_cast<tag_t>(m.tag)};
+            return;
+        }
         if (m.kind == staged_control::credit) return void(q.credits += static_cast<std::size_t>(m.length));
         if (m.offset == 0) start_message(from, m);
         if (m.length == 0) {  // a zero-length message: nothing to copy
@@ -499,14 +628,56 @@ private:
         });
     }
 
+    // Direct exchanges: waits until `ready()`, moving messages, as a receive of `tag` from
+    // `awaited()` waits (whose timeout and failure it reports). A peer that sends this rank
+    // messages of the collective it exchanges in called it with another size.
+    // A device error in `ready()` (an event query reports any earlier failure on the stream)
+    // fails the engine, and the peers hear of it.
+    template <class Ready, class Awaited>
+    void wait_direct(Ready const& ready, tag_t tag, Awaited const& awaited, clock::time_point deadline) {
+        message_op op;
+        op.tag = tag;
+        for (;;) {
+            progress();
+            bool ok = false;
+            failing_on_error([&] { ok = ready(); });
+            if (ok) return;
+            if (failure_) {
+                settle_device();
+                std::rethrow_exception(failure_);
+            }
+            op.peer = awaited();
+            for (rank_t r = 0; r < size() && !op.done; ++r) {
+                auto const& messages = peer_of(r).queue.messages();
+                if (r != me_ && std::ranges::any_of(messages, [&](unexpected_ptr const& u) { return u->tag == tag; })) {
+                    op.peer = r;
+                    op.fail(errc::size_mismatch, direct_mismatch_message(me_, tag, r, true));
+                }
+            }
+            if (op.done || clock::now() > deadline) break;
+            std::this_thread::yield();
+        }
+        settle_device();
+        conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(what); });
+    }
+
+    // A receive from a peer that announced a direct round of the receive's collective, one this
+    // rank has not entered: it called the collective with another size.
+    bool exchanges_instead(staged_op const& op) const noexcept {
+        if (op.is_send || op.peer == me_) return false;
+        direct_record const& next = peers_[static_cast<std::size_t>(op.peer)].direct[(round_ + 1) & 1];
+        return next.round == round_ + 1 && next.tag == op.tag;
+    }
+
     Device device_;
-    std::size_t chunk_, slots_;
+    std::size_t chunk_, slots_, direct_bytes_;
     std::chrono::milliseconds timeout_;
     std::optional<Control> control_;
     rank_t me_ = 0;
     void* fifo_ = nullptr;
-    typename Device::handle own_handle_{};
-    std::vector<typename Device::handle> handles_;  // the peers', as they arrive
+    hello own_hello_{};
+    std::vector<hello> handles_;  // the peers', as they arrive
+    std::uint64_t round_ = 0;     // of direct exchanges
     std::vector<peer_state> peers_;
     std::uint64_t sequence_ = 0;
     std::exception_ptr failure_;

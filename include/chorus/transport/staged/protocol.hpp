@@ -4,7 +4,7 @@
 
 // The staged protocol, of the transports whose ranks share memory that only a device can copy
 // (CUDA IPC): messages move through per-peer FIFOs in the receiver's memory, and a control
-// channel (any control_transport: TCP between processes, loopback in tests) carries the
+// channel (any control_transport: shared memory between processes, loopback in tests) carries the
 // little that must cross between ranks — the FIFO handles once, at set-up, then one header per
 // chunk and the credits that free the slots.
 //
@@ -25,9 +25,25 @@
 // enqueued (one stream), headers and credits travel in order (one control tag each), and the
 // slots are used round robin.
 //
-// Cost per chunk: one device copy each side plus one control message each way (tens of
-// microseconds over loopback TCP); with `slots` chunks in flight per peer, copies of later
+// Cost per chunk: one device copy each side, their event waits, and one control message each
+// way (about a microsecond through shared memory, tens over loopback TCP); with `slots` chunks in flight per peer, copies of later
 // chunks overlap the control latency of earlier ones, so large messages pipeline.
+//
+// Direct exchanges (the one_shot collectives; transport/concepts.hpp, direct_transport), when
+// `direct_bytes` is not 0: behind its FIFOs each rank's allocation holds two slots of
+// direct_bytes, which its peers reach through the handle they opened for the FIFOs. A round k:
+// the rank enqueues the copy of its block into its slot k % 2 and waits until it completed;
+// then it sends every peer a `direct` record (round, bytes, agreed word, tag) and waits for
+// every peer's record of round k. The peers then read its block where it lies (a device
+// reads IPC-mapped memory directly): one copy and one control message per peer, where a
+// message costs two copies and a message each way per chunk. The slot of round k is written
+// again at round k + 2, which a rank enters only once every peer's record of round k + 1
+// came: a peer sends that record once the copy it enqueued for round k + 1 completed, and so
+// every read of round k's blocks it had enqueued before (one stream, in order).
+//
+// Set-up: the handles travel with each rank's layout (chunk, slots, direct_bytes); a rank whose
+// layout differs would copy into the wrong place of its peers' memory, so every rank refuses
+// to join it, naming the setting.
 
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +57,9 @@ struct staged_config {
     /// Bytes per FIFO slot and slots per peer: up to `slots` chunks per peer are in flight.
     std::size_t chunk = std::size_t{1} << 21;
     std::size_t slots = 8;
+    /// The largest block of a direct exchange (two slots of it per rank); 0: none, the
+    /// transport then serves no one_shot collective. Every rank must agree on all three.
+    std::size_t direct_bytes = 0;
 };
 
 namespace detail {
@@ -53,15 +72,16 @@ struct staged_op : message_op {
     std::size_t completed = 0;       // bytes whose copy completed
 };
 
-/// What the control channel carries: a chunk's header, credits, or the goodbye.
+/// What the control channel carries: a chunk's header, credits, a direct round's record, or
+/// the goodbye.
 struct staged_control {
-    enum kind_t : std::uint64_t { chunk = 1, credit = 2, bye = 3 };
+    enum kind_t : std::uint64_t { chunk = 1, credit = 2, bye = 3, direct = 4 };
     std::uint64_t kind;
     std::uint64_t tag;
-    std::uint64_t total;   // chunk: the message's size in bytes
-    std::uint64_t offset;  // chunk: its offset in the message
+    std::uint64_t total;   // chunk: the message's size in bytes; direct: the block's
+    std::uint64_t offset;  // chunk: its offset in the message; direct: the round
     std::uint64_t length;  // chunk: its length (0 only for a zero-length message); credit: slots freed
-    std::uint64_t slot;
+    std::uint64_t slot;    // chunk: the FIFO slot; direct: the agreed word
 };
 static_assert(std::is_trivially_copyable_v<staged_control>);
 
