@@ -8,7 +8,8 @@
 //                           vectors) and with cuda_ipc_transport (device buffers);
 //   cuda_ipc_test errors    bad input on device buffers fails on every rank with chorus errors;
 //   cuda_ipc_test one_shot_errors, one_shot_limit_errors: the same for one_shot rounds, rank 1
-//                           with another size below, or above, the one_shot limit.
+//                           with another size below, or above, the one_shot limit;
+//   cuda_ipc_test killed    3 ranks, rank 2 SIGKILLed mid-collective: the others name it.
 // Without a usable GPU every rank prints why and exits 77, which ctest reports as skipped
 // (SKIP_RETURN_CODE), never as passed.
 
@@ -20,7 +21,9 @@
 #include <chorus/transport/cuda_ipc.hpp>
 #include <chorus/transport/tcp.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +33,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -466,6 +471,41 @@ int one_shot_errors(bool limit) {
     return report(tp, t, limit ? "one_shot limit errors" : "one_shot errors");
 }
 
+// A rank killed in the middle of collectives: 3 ranks loop over a one_shot allreduce (1 KiB)
+// and a ring allreduce (4 MiB) on device buffers; rank 2 SIGKILLs itself 300 ms in. The others
+// must throw a chorus error naming rank 2 — no kernel or wait left spinning — and say when
+// ("survived"); tests/gpu/run.sh checks both lines, then starts new groups on the same GPU.
+int killed() {
+    using clock = std::chrono::steady_clock;
+    auto tp = chorus::cuda_ipc_transport::from_env();
+    rank_t const me = tp.rank();
+    if (tp.size() != 3) {
+        std::fprintf(stderr, "cuda_ipc_test killed: needs 3 ranks\n");
+        return 2;
+    }
+    device_array<float> small(std::vector<float>(256, 1.0f)), big(std::vector<float>(std::size_t{1} << 20, 1.0f));
+    auto const start = clock::now();
+    std::printf("rank %d: in the allreduce loop\n", me);
+    std::fflush(stdout);
+    try {
+        for (;;) {
+            if (me == 2 && clock::now() - start > std::chrono::milliseconds(300)) {
+                std::printf("rank 2: killing myself\n");
+                std::fflush(stdout);
+                ::kill(::getpid(), SIGKILL);
+            }
+            chorus::allreduce(tp, small.span(), chorus::maximum{});  // one_shot: 1 KiB fits a round
+            chorus::allreduce<chorus::ring>(tp, big.span(), chorus::maximum{});
+        }
+    } catch (chorus::error const& e) {
+        auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();
+        bool const named = std::string(e.what()).find("rank 2") != std::string::npos;
+        std::printf("rank %d: %s %lld ms after the start: %s\n", me, named ? "survived, naming rank 2," : "failed without naming rank 2,",
+                    static_cast<long long>(ms), e.what());
+        return named ? 0 : 4;
+    }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -477,7 +517,8 @@ int main(int argc, char** argv) {
         if (mode == "errors") return errors();
         if (mode == "one_shot_errors") return one_shot_errors(false);
         if (mode == "one_shot_limit_errors") return one_shot_errors(true);
-        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors|one_shot_errors|one_shot_limit_errors\n");
+        if (mode == "killed") return killed();
+        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors|one_shot_errors|one_shot_limit_errors|killed\n");
         return 2;
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "chorus error: %s\n", e.what());

@@ -7,12 +7,13 @@
 # 2. Runs the CUDA test suite: every collective x algorithm x op x dtype on 2 and 4 ranks
 #    sharing the GPU(s), and on 3 ranks through small FIFOs and one_shot slots (every message
 #    many chunks, every one_shot collective of more than a few elements many rounds), the
-#    generic tcp/cuda user function, the error test, the example. Here a skip (exit 77: no
+#    generic tcp/cuda user function, the error tests, a rank killed mid-collective, the
+#    example. Here a skip (exit 77: no
 #    usable GPU, e.g. a driver older than the toolkit) is a failure.
 # 3. Runs cuda_bench at 2 and 4 ranks, 4 KiB to 1 GiB (allreduce, allgather, broadcast), with
 #    the device-to-device cudaMemcpy ceiling of the same run, and every algorithm (one_shot
 #    among them) from 8 B to 4 MiB at 2 ranks.
-# The step limits add up to 570 s, so that with carried binaries even a run whose every step
+# The step limits add up to 585 s, so that with carried binaries even a run whose every step
 # hangs ends, with its summary, inside one 600 s device command (building here first adds up
 # to 300 s: then give the command the full 600 s and expect the steps to take far less).
 set -uo pipefail
@@ -63,6 +64,10 @@ step generic.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_te
 step errors.p3 30 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" errors
 step one_shot_errors.p3 15 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" one_shot_errors
 step one_shot_limit_errors.p3 15 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" one_shot_limit_errors
+# Rank 2 of 3 SIGKILLs itself mid-collective (chorusrun then exits non-zero): both others must
+# throw naming it, within their timeout; the steps after this one start new groups on the GPU.
+step killed.p3 20 bash -c "timeout 15 '$run' -n 3 --timeout-ms 10000 '$build/tests/cuda/cuda_ipc_test' killed;
+    grep 'rank [01]: survived, naming rank 2' '$out/killed.p3.log' | wc -l | grep -qx 2"
 step example.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/examples/allreduce_cuda_ipc"
 
 for n in 2 4; do
@@ -71,7 +76,7 @@ for n in 2 4; do
 done
 # Every algorithm side by side up to 4 MiB at 2 ranks: where one_shot stops paying
 # (CHORUS_CUDA_DIRECT_BYTES, 1 MiB by default, chosen without a GPU).
-step bench.algos.p2 30 "$run" --no-prefix -n 2 --timeout-ms 60000 "$build/bench/cuda_bench" -b 8 -e 4M -f 8 --algo all
+step bench.algos.p2 25 "$run" --no-prefix -n 2 --timeout-ms 60000 "$build/bench/cuda_bench" -b 8 -e 4M -f 8 --algo all
 grep -v "^#" "$out/bench.algos.p2.log" | tee -a "$out/cuda_bench.txt" >/dev/null
 log "bench rows: $out/cuda_bench.txt"
 cat "$out/cuda_bench.txt"
