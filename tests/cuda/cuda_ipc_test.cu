@@ -9,7 +9,9 @@
 //   cuda_ipc_test errors    bad input on device buffers fails on every rank with chorus errors;
 //   cuda_ipc_test one_shot_errors, one_shot_limit_errors: the same for one_shot rounds, rank 1
 //                           with another size below, or above, the one_shot limit;
-//   cuda_ipc_test killed    3 ranks, rank 2 SIGKILLed mid-collective: the others name it.
+//   cuda_ipc_test killed    3 ranks, rank 2 SIGKILLed mid-collective: the others name it;
+//   cuda_ipc_test streams   collectives ordered on a program's stream (cuda_stream_guard), and
+//                           refused, on every rank, inside a CUDA graph capture.
 // Without a usable GPU every rank prints why and exits 77, which ctest reports as skipped
 // (SKIP_RETURN_CODE), never as passed.
 
@@ -471,6 +473,73 @@ int one_shot_errors(bool limit) {
     return report(tp, t, limit ? "one_shot limit errors" : "one_shot errors");
 }
 
+// Kernels for the stream test: a wait of about `cycles` clocks, a fill, and a count of the
+// elements that differ from `want`.
+__global__ void spin_kernel(long long cycles) {
+    long long const start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+__global__ void set_kernel(float* d, std::size_t n, float v) {
+    for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) d[i] = v;
+}
+__global__ void count_kernel(float const* d, std::size_t n, float want, unsigned long long* wrong) {
+    for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+        if (d[i] != want) atomicAdd(wrong, 1ull);
+}
+
+// chorus's work on a stream of the program's (cuda_stream_guard), non-blocking so that nothing
+// but the stream orders it: a slow kernel and a fill queued there before the collective, a
+// check queued after it, no synchronisation between — one_shot (1 KiB) and the ring (4 MiB).
+// Then a capture of the stream into a CUDA graph makes the collective throw, on every rank.
+int streams() {
+    auto tp = chorus::cuda_ipc_transport::from_env();
+    rank_t const p = tp.size(), me = tp.rank();
+    tally t;
+    cudaStream_t s = nullptr;
+    check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    device_array<unsigned long long> wrong(1);
+    for (std::size_t const n : {std::size_t{256}, std::size_t{1} << 20}) {
+        device_array<float> d(n);
+        check_cuda(cudaMemsetAsync(wrong.span().data(), 0, sizeof(unsigned long long), s), "cudaMemsetAsync");
+        spin_kernel<<<1, 1, 0, s>>>(20'000'000);  // ~10 ms: a collective not ordered on s reads the buffer unset
+        set_kernel<<<chorus::detail::cuda_grid(n), chorus::detail::cuda_block, 0, s>>>(d.span().data(), n, static_cast<float>(me + 1));
+        {
+            chorus::cuda_stream_guard on(s);
+            chorus::allreduce(tp, d.span(), chorus::sum{});
+        }
+        count_kernel<<<chorus::detail::cuda_grid(n), chorus::detail::cuda_block, 0, s>>>(d.span().data(), n,
+                                                                                          static_cast<float>(p * (p + 1) / 2), wrong.span().data());
+        check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+        ++t.checks;
+        if (unsigned long long const bad = wrong.get()[0]) {
+            ++t.failed;
+            t.first = "allreduce of " + std::to_string(n) + " floats on a program's stream: " + std::to_string(bad) + " wrong";
+        }
+    }
+    device_array<float> d(256);
+    std::string said;
+    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+        chorus::cuda_stream_guard on(s);
+        chorus::allreduce(tp, d.span(), chorus::sum{});
+    } catch (chorus::error const& e) {
+        said = e.what();
+    }
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(s, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    ++t.checks;
+    if (said.find("CUDA graph") == std::string::npos) {
+        ++t.failed;
+        t.first = "a collective in a stream capture: '" + said + "'";
+    }
+    std::printf("rank %d: allreduce in a stream capture: %s\n", me, said.empty() ? "no error" : said.c_str());
+    cudaStreamDestroy(s);
+    return report(tp, t, "stream");
+}
+
 // A rank killed in the middle of collectives: 3 ranks loop over a one_shot allreduce (1 KiB)
 // and a ring allreduce (4 MiB) on device buffers; rank 2 SIGKILLs itself 300 ms in. The others
 // must throw a chorus error naming rank 2 — no kernel or wait left spinning — and say when
@@ -518,7 +587,8 @@ int main(int argc, char** argv) {
         if (mode == "one_shot_errors") return one_shot_errors(false);
         if (mode == "one_shot_limit_errors") return one_shot_errors(true);
         if (mode == "killed") return killed();
-        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors|one_shot_errors|one_shot_limit_errors|killed\n");
+        if (mode == "streams") return streams();
+        std::fprintf(stderr, "usage: cuda_ipc_test matrix|generic|errors|one_shot_errors|one_shot_limit_errors|killed|streams\n");
         return 2;
     } catch (chorus::error const& e) {
         std::fprintf(stderr, "chorus error: %s\n", e.what());

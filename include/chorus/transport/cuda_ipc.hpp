@@ -19,9 +19,9 @@
 // memory, read by the peers in place and folded in one kernel (cuda_device_memory::fold).
 //
 // Stream semantics. Every copy and kernel of chorus runs on cudaStreamPerThread, which
-// synchronises with the legacy default stream: work a program issued there before a collective
-// is complete before chorus reads the buffers, and work it issues there afterwards sees the
-// results. A receive's wait returns once its data is in place; a collective may return with
+// synchronises with the legacy default stream, or on the stream of a cuda_stream_guard: work a
+// program issued there before a collective is complete before chorus reads the buffers, and
+// work it issues there afterwards sees the results. A receive's wait returns once its data is in place; a collective may return with
 // its last reduction still queued, as NCCL's do: synchronise (tp.synchronize(), a synchronous
 // cudaMemcpy, or cudaStreamSynchronize(cudaStreamPerThread)) before reading results on the host
 // or from a non-blocking stream.
@@ -68,8 +68,13 @@ inline void cuda_check(cudaError_t e, char const* call) {
         throw device_error(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }
 
-// The stream of all of chorus's device work (see the header comment).
-inline cudaStream_t cuda_stream() noexcept { return cudaStreamPerThread; }
+// The stream of all of chorus's device work in this thread: cudaStreamPerThread unless a
+// cuda_stream_guard says otherwise (see the header comment).
+inline cudaStream_t& cuda_current_stream() noexcept {
+    thread_local cudaStream_t stream = cudaStreamPerThread;
+    return stream;
+}
+inline cudaStream_t cuda_stream() noexcept { return cuda_current_stream(); }
 
 // Grid-stride elementwise kernels: one launch covers any n; 256 threads per block, and at
 // most 65535 * 8 blocks' worth of grid (each thread then loops).
@@ -147,6 +152,23 @@ inline void* cuda_scratch_allocate(std::size_t bytes, char const* what) {
 }
 
 } // namespace detail
+
+/// Puts chorus's device work in this thread on `stream` while it lives, as NCCL's calls take a
+/// stream: what the program queued on `stream` before a collective is complete before chorus
+/// reads the buffers, and what it queues there afterwards sees the results (a collective may
+/// return with its last kernel queued, as without a guard). Guards nest; the default stream is
+/// cudaStreamPerThread. A collective cannot be captured into a CUDA graph (its host waits for
+/// device copies): called on a capturing stream it throws invalid_argument.
+class cuda_stream_guard {
+public:
+    explicit cuda_stream_guard(cudaStream_t stream) noexcept : previous_(std::exchange(detail::cuda_current_stream(), stream)) {}
+    cuda_stream_guard(cuda_stream_guard const&) = delete;
+    cuda_stream_guard& operator=(cuda_stream_guard const&) = delete;
+    ~cuda_stream_guard() { detail::cuda_current_stream() = previous_; }
+
+private:
+    cudaStream_t previous_;
+};
 
 /// CUDA device memory of the current device. Scratch comes from a stream-ordered pool
 /// (cudaMallocFromPoolAsync: no device-wide synchronisation per collective); reductions are
@@ -244,10 +266,14 @@ public:
     using event = cudaEvent_t;
 
     explicit cuda_ipc_device(int ordinal) : ordinal_(ordinal) { cuda_check(cudaSetDevice(ordinal), "cudaSetDevice"); }
-    cuda_ipc_device(cuda_ipc_device&& o) noexcept : ordinal_(o.ordinal_), pool_(std::move(o.pool_)) { o.pool_.clear(); }
+    cuda_ipc_device(cuda_ipc_device&& o) noexcept
+        : ordinal_(o.ordinal_), pool_(std::move(o.pool_)), last_stream_(o.last_stream_), handoff_(std::exchange(o.handoff_, nullptr)) {
+        o.pool_.clear();
+    }
     cuda_ipc_device& operator=(cuda_ipc_device&&) = delete;
     ~cuda_ipc_device() {
         for (cudaEvent_t e : pool_) (void)cudaEventDestroy(e);
+        if (handoff_) (void)cudaEventDestroy(handoff_);
     }
 
     int ordinal() const noexcept { return ordinal_; }
@@ -287,6 +313,11 @@ public:
             throw invalid_argument("cuda_ipc_transport: this thread's current CUDA device is " + std::to_string(current) +
                                    ", the transport's is " + std::to_string(ordinal_) + ": call cudaSetDevice(" +
                                    std::to_string(ordinal_) + ") in this thread first (the constructor sets it only in its own)");
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        cuda_check(cudaStreamIsCapturing(cuda_stream(), &capture), "cudaStreamIsCapturing");
+        if (capture != cudaStreamCaptureStatusNone)
+            throw invalid_argument("cuda_ipc_transport: the stream is being captured into a CUDA graph; chorus's collectives "
+                                   "wait on the host for device copies and cannot be captured: call them outside the capture");
     }
     // Staging for messages that arrive before their receive: stream-ordered, like scratch.
     void* allocate(std::size_t bytes) { return cuda_scratch_allocate(bytes ? bytes : 1, "cudaMallocFromPoolAsync (chorus staging)"); }
@@ -305,9 +336,11 @@ public:
     void close_handle(void* p) noexcept { (void)cudaIpcCloseMemHandle(p); }
 
     void copy(void* dst, void const* src, std::size_t bytes) {
+        follow_stream();
         cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda_stream()), "cudaMemcpyAsync (chorus chunk)");
     }
     event record() {
+        follow_stream();
         cudaEvent_t e = nullptr;
         if (pool_.empty()) {
             cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags");
@@ -339,8 +372,23 @@ public:
     void synchronize() noexcept { (void)cudaDeviceSynchronize(); }
 
 private:
+    // The transport's device work on a stream other than its previous one (a cuda_stream_guard,
+    // another thread) first waits for what it queued on that one: an event completing on the
+    // new stream then covers the old one's work too — the one_shot rounds' ordering (a slot is
+    // written only after this rank's reads of its last round) holds across streams.
+    void follow_stream() {
+        cudaStream_t const now = cuda_stream();
+        if (now == last_stream_) return;
+        if (!handoff_) cuda_check(cudaEventCreateWithFlags(&handoff_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        cuda_check(cudaEventRecord(handoff_, last_stream_), "cudaEventRecord (chorus stream handoff)");
+        cuda_check(cudaStreamWaitEvent(now, handoff_, 0), "cudaStreamWaitEvent (chorus stream handoff)");
+        last_stream_ = now;
+    }
+
     int ordinal_;
     std::vector<cudaEvent_t> pool_;
+    cudaStream_t last_stream_ = cudaStreamPerThread;
+    cudaEvent_t handoff_ = nullptr;
 };
 
 /// The control channel's shared memory: rings of 64 KiB (a control record is one of 128
