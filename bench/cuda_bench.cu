@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // cuda_bench: chorus_bench's rows for the CUDA IPC transport, float32 on device buffers.
 //
-//   chorusrun -n 4 build-cuda/bench/cuda_bench [-b 4K] [-e 1G] [-f 4] [--ops allreduce,allgather,broadcast]
+//   chorusrun -n 4 build-cuda/bench/cuda_bench [-b 4K] [-e 1G] [-f 4]
+//                                              [--ops allreduce,allgather,broadcast,reduce_scatter,alltoall]
 //                                              [--algo auto|all] [--iter-scale S]
 //
 // Rows: `op algo ranks bytes count time_us algbw_GBps busbw_GBps wrong`, with chorus_bench's
@@ -9,8 +10,9 @@
 // until its device work completed (cudaStreamSynchronize), take the maximum over ranks; the
 // row is the median of the timed iterations; every output element is checked by a kernel
 // (`wrong` counts mismatches over all ranks and iterations, and must be 0). bytes as in
-// nccl-tests (allgather: the gathered output); busbw factors allreduce 2(p-1)/p, allgather
-// (p-1)/p, broadcast 1. Rank 0 first prints the ceiling of the same run: device-to-device
+// nccl-tests (allgather: the gathered output; reduce_scatter and alltoall: the whole send
+// buffer); busbw factors allreduce 2(p-1)/p, allgather, reduce_scatter and alltoall (p-1)/p,
+// broadcast 1. Rank 0 first prints the ceiling of the same run: device-to-device
 // cudaMemcpy on its GPU at each size (`ceiling memcpy_d2d 1 ...`, busbw = bytes / time).
 // Exits 77 without a usable GPU, 3 if any row had wrong != 0.
 
@@ -49,7 +51,9 @@ __global__ void fill_constant(float* p, std::size_t n, float x) {
     for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
         p[i] = x;
 }
-// kind 0: allreduce sum over p ranks; 1: allgather of blocks of `block`; 2: broadcast from root.
+// kind 0: allreduce sum over p ranks; 1: allgather of blocks of `block`; 2: broadcast from root;
+// 3: reduce_scatter, the sum over p ranks of elements from `block` (the rank's block's offset)
+// on; 4: alltoall to rank `root`, block r from rank r.
 __global__ void check(float const* p, std::size_t n, int ranks, int kind, std::size_t block, int root,
                       unsigned long long* wrong) {
     unsigned long long mine = 0;
@@ -59,6 +63,10 @@ __global__ void check(float const* p, std::size_t n, int ranks, int kind, std::s
             for (int r = 0; r < ranks; ++r) want += value(r, i);
         } else if (kind == 1) {
             want = value(static_cast<int>(i / block), i % block);
+        } else if (kind == 3) {
+            for (int r = 0; r < ranks; ++r) want += value(r, block + i);
+        } else if (kind == 4) {
+            want = value(static_cast<int>(i / block), static_cast<std::size_t>(root) * block + i % block);
         } else {
             want = value(root, i);
         }
@@ -304,6 +312,55 @@ int main(int argc, char** argv) {
                         if (bytes <= (std::size_t{64} << 20)) run.template operator()<chorus::one_shot>("one_shot");
                     }
                     cudaFree(d);
+                } else if (op == "reduce_scatter" || op == "alltoall") {
+                    bool const scatter = op == "reduce_scatter";
+                    std::size_t const block = count / P;
+                    if (block == 0) continue;
+                    float *in = nullptr, *out = nullptr;
+                    std::size_t const out_count = scatter ? block : block * P;
+                    cuda_ok(cudaMalloc(&in, block * P * sizeof(float)), "cudaMalloc");
+                    cuda_ok(cudaMalloc(&out, out_count * sizeof(float)), "cudaMalloc");
+                    auto run = [&](char const* name, auto call) {
+                        reset_wrong();
+                        double const us = b.time(
+                            2, iters,
+                            [&] {
+                                fill<<<chorus::detail::cuda_grid(block * P), chorus::detail::cuda_block>>>(in, block * P, me, 0);
+                                fill_constant<<<chorus::detail::cuda_grid(out_count), chorus::detail::cuda_block>>>(out, out_count, -1.0f);
+                            },
+                            call,
+                            [&] {
+                                check<<<chorus::detail::cuda_grid(out_count), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(
+                                    out, out_count, p, scatter ? 3 : 4, scatter ? static_cast<std::size_t>(me) * block : block, me, wrong);
+                            });
+                        row(op.c_str(), name, block * P * sizeof(float), block * P, us, static_cast<double>(p - 1) / static_cast<double>(p),
+                            b.total_wrong(), p);
+                    };
+                    std::span<float const> const send(in, block * P);
+                    auto reduce_scatter = [&]<class Algo>(char const* name) {
+                        run(name, [&] { chorus::reduce_scatter<Algo>(tp, send, std::span(out, block), chorus::sum{}); });
+                    };
+                    auto alltoall = [&]<class Algo>(char const* name) {
+                        run(name, [&] { chorus::alltoall<Algo>(tp, send, std::span(out, block * P)); });
+                    };
+                    bool const small = bytes <= (std::size_t{64} << 20);
+                    if (scatter) {
+                        reduce_scatter.template operator()<chorus::automatic>("auto");
+                        if (all_algos) {
+                            reduce_scatter.template operator()<chorus::ring>("ring");
+                            reduce_scatter.template operator()<chorus::tree>("tree");
+                            if (small) reduce_scatter.template operator()<chorus::one_shot>("one_shot");
+                        }
+                    } else {
+                        alltoall.template operator()<chorus::automatic>("auto");
+                        if (all_algos) {
+                            alltoall.template operator()<chorus::pairwise>("pairwise");
+                            alltoall.template operator()<chorus::bruck>("bruck");
+                            if (small) alltoall.template operator()<chorus::one_shot>("one_shot");
+                        }
+                    }
+                    cudaFree(in);
+                    cudaFree(out);
                 } else {
                     if (me == 0) std::fprintf(stderr, "cuda_bench: unknown op %s\n", op.c_str());
                     return 2;
