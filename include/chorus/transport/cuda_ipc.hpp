@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
@@ -48,8 +49,11 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 #include <chorus/config.hpp>
 #include <chorus/detail/env.hpp>
+#include <chorus/detail/select.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/reduce/cuda_types.hpp>
@@ -462,9 +466,13 @@ public:
         : cuda_ipc_transport(shm_transport::over(std::move(bootstrap), with_timeout(control_memory, bootstrap.timeout())), options) {}
 
     /// Over an existing shm_transport as the control channel (no messages in flight).
+    /// With CHORUS_DEBUG set, every rank says on stderr which GPU it took and in which mode
+    /// the GPU runs (MPS, how many devices), where the choice of schedules depends on them.
     explicit cuda_ipc_transport(shm_transport&& control, cuda_ipc_options options = {})
         : base(std::move(control), staged_config{options.chunk, options.slots, options.direct_bytes},
-               detail::cuda_ipc_device(detail::cuda_pick_device(options.device, control.local_rank()))) {}
+               detail::cuda_ipc_device(detail::cuda_pick_device(options.device, control.local_rank()))) {
+        if (detail::debug_enabled()) describe(options);
+    }
 
     /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES, CHORUS_CUDA_SLOTS and
     /// CHORUS_CUDA_DIRECT_BYTES.
@@ -501,6 +509,24 @@ public:
     void synchronize() { cuda_device_memory::synchronize(); }
 
 private:
+    // Without MPS the kernels of different processes on one GPU are time-sliced, never run at
+    // once; MPS is on when its control pipe exists (CUDA_MPS_PIPE_DIRECTORY, default
+    // /tmp/nvidia-mps).
+    void describe(cuda_ipc_options const& options) {
+        int devices = 0;
+        (void)cudaGetDeviceCount(&devices);
+        cudaDeviceProp prop{};
+        (void)cudaGetDeviceProperties(&prop, device_ordinal());
+        std::string pipe = detail::env_reader::get({"CUDA_MPS_PIPE_DIRECTORY"});
+        if (pipe.empty()) pipe = "/tmp/nvidia-mps";
+        bool const mps = ::access((pipe + "/control").c_str(), F_OK) == 0;
+        std::fprintf(stderr,
+                     "chorus: rank %d/%d cuda_ipc on GPU %d of %d (%s); MPS %s (%s/control); one_shot up to %zu bytes, "
+                     "FIFOs %zu x %zu bytes per peer; control through shared memory\n",
+                     rank(), size(), device_ordinal(), devices, prop.name, mps ? "on" : "off: kernels of the ranks sharing a GPU are time-sliced",
+                     pipe.c_str(), options.direct_bytes, options.slots, options.chunk);
+    }
+
     static shm_config with_timeout(shm_config c, std::chrono::milliseconds timeout) noexcept {
         c.timeout = timeout;
         return c;
