@@ -6,14 +6,18 @@
 # Usage: bench/gpu_compare.sh [BUILD_DIR] [OUT_DIR]
 #   BUILD_DIR  a CUDA build with chorusrun and cuda_bench (default build-cuda; built if missing,
 #              which needs CMake, Asio, doctest and range-v3 there)
-#   OUT_DIR    default docs/bench/gpu/<UTC date>
+#   OUT_DIR    default $OUT/gpu-compare when $OUT is set (the device tool brings back only what
+#              is under $OUT), else docs/bench/gpu/<UTC date>
 # Environment:
 #   PROBE_SRC       the probe's source (default: gpu-peers/cuda_ipc_probe.cu in the checkout —
-#                   copy it there from ../shared/peers, the folder is git-ignored, since only
-#                   the checkout reaches the GPU machine — else ../shared/peers/cuda_ipc_probe.cu)
+#                   copy it there from ../shared/peers and carry gpu-peers/ along, since it is
+#                   git-ignored and only the checkout reaches the GPU machine — else
+#                   ../shared/peers/cuda_ipc_probe.cu). A probe built beforehand (nvcc needs no
+#                   GPU) as gpu-peers/cuda_ipc_probe, newer than the source, is used as it is.
 #   GPU_RANKS       "2 4"        GPU_MODES  "mps nomps"   GPU_ITER_SCALE 0.3
 #   GPU_BEGIN       8            GPU_END    1G            GPU_FACTOR 4
-#   GPU_STEP_S      120 (each program's limit; the defaults take a few minutes in all)
+#   GPU_STEP_S      40 (each program's limit: 12 programs by default, so that even a run whose
+#                   every program hangs ends within one 10-minute device command)
 # Writes to OUT_DIR: compare.txt (every raw row of both, nccl-tests columns, each program's rows
 # under a "# ---- probe-p2-mps" / "# ---- chorus-p2-mps" line; the probe's algos end in _ipc,
 # chorus's are `auto` and, up to 4 MiB, its named algorithms), ratios.txt (chorus auto against
@@ -23,12 +27,13 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${1:-$root/build-cuda}
-out=${2:-$root/docs/bench/gpu/$(date -u +%F)}
+out=${2:-${OUT:+$OUT/gpu-compare}}
+out=${out:-$root/docs/bench/gpu/$(date -u +%F)}
 ranks=${GPU_RANKS:-2 4}
 modes=${GPU_MODES:-mps nomps}
 scale=${GPU_ITER_SCALE:-0.3}
 begin=${GPU_BEGIN:-8} end=${GPU_END:-1G} factor=${GPU_FACTOR:-4}
-limit=${GPU_STEP_S:-120}
+limit=${GPU_STEP_S:-40}
 mkdir -p "$out"
 compare=$out/compare.txt
 say() { echo "=== $*" >&2; }
@@ -50,7 +55,8 @@ if [ ! -x "$build/chorusrun" ] || [ ! -x "$build/bench/cuda_bench" ]; then
         cmake --build "$build" -j "$(nproc)" --target chorusrun cuda_bench >"$out/build.log" 2>&1 ||
         { echo "gpu_compare.sh: build failed (see $out/build.log)" >&2; exit 1; }
 fi
-probe=$build/cuda_ipc_probe
+probe=$(dirname "$probe_src")/cuda_ipc_probe
+[ -x "$probe" ] && [ "$probe" -nt "$probe_src" ] || probe=$build/cuda_ipc_probe
 if [ ! -x "$probe" ] || [ "$probe_src" -nt "$probe" ]; then
     say "building the probe from $probe_src"
     "$nvcc" -O3 -std=c++20 -arch=sm_90 -o "$probe" "$probe_src" || { echo "gpu_compare.sh: nvcc failed on the probe" >&2; exit 1; }
@@ -64,7 +70,8 @@ fi
 } >"$compare"
 
 mps_pipe=/tmp/chorus-mps
-mps_running() { pgrep -f nvidia-cuda-mps >/dev/null; }
+# Process names are cut to 15 characters: nvidia-cuda-mps-control and -server both read so.
+mps_running() { pgrep -x nvidia-cuda-mps >/dev/null; }
 started_mps=0
 mps_start() {
     if mps_running; then say "MPS already running: used as it is"; return 0; fi

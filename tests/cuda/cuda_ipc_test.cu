@@ -499,6 +499,7 @@ int streams() {
     cudaStream_t s = nullptr;
     check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     device_array<unsigned long long> wrong(1);
+    chorus::barrier(tp);  // the peers' memory opened, outside the timed race below
     for (std::size_t const n : {std::size_t{256}, std::size_t{1} << 20}) {
         device_array<float> d(n);
         check_cuda(cudaMemsetAsync(wrong.span().data(), 0, sizeof(unsigned long long), s), "cudaMemsetAsync");
@@ -517,6 +518,10 @@ int streams() {
             t.first = "allreduce of " + std::to_string(n) + " floats on a program's stream: " + std::to_string(bad) + " wrong";
         }
     }
+    // Every rank done with the collectives above before any fails the group in the capture.
+    chorus::barrier(tp);
+    tp.synchronize();
+    usleep(200'000);
     device_array<float> d(256);
     std::string said;
     check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -527,13 +532,13 @@ int streams() {
         said = e.what();
     }
     cudaGraph_t graph = nullptr;
-    (void)cudaStreamEndCapture(s, &graph);
+    cudaError_t const ended = cudaStreamEndCapture(s, &graph);  // intact: chorus queued nothing, synchronised nothing
     if (graph) (void)cudaGraphDestroy(graph);
     (void)cudaGetLastError();
     ++t.checks;
-    if (said.find("CUDA graph") == std::string::npos) {
+    if (said.find("CUDA graph") == std::string::npos || ended != cudaSuccess) {
         ++t.failed;
-        t.first = "a collective in a stream capture: '" + said + "'";
+        t.first = "a collective in a stream capture: '" + said + "', the capture ended with " + cudaGetErrorName(ended);
     }
     std::printf("rank %d: allreduce in a stream capture: %s\n", me, said.empty() ? "no error" : said.c_str());
     cudaStreamDestroy(s);
@@ -571,6 +576,7 @@ int killed() {
         bool const named = std::string(e.what()).find("rank 2") != std::string::npos;
         std::printf("rank %d: %s %lld ms after the start: %s\n", me, named ? "survived, naming rank 2," : "failed without naming rank 2,",
                     static_cast<long long>(ms), e.what());
+        std::fflush(stdout);  // before chorusrun stops the survivors (rank 2's death ends the job)
         return named ? 0 : 4;
     }
 }

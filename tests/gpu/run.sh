@@ -67,7 +67,7 @@ step one_shot_errors.p3 15 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cud
 step one_shot_limit_errors.p3 15 "$run" -n 3 --timeout-ms 20000 "$build/tests/cuda/cuda_ipc_test" one_shot_limit_errors
 # Rank 2 of 3 SIGKILLs itself mid-collective (chorusrun then exits non-zero): both others must
 # throw naming it, within their timeout; the steps after this one start new groups on the GPU.
-step killed.p3 20 bash -c "timeout 15 '$run' -n 3 --timeout-ms 10000 '$build/tests/cuda/cuda_ipc_test' killed;
+step killed.p3 20 bash -c "timeout 15 '$run' -n 3 --timeout-ms 10000 --stop-after-ms 5000 '$build/tests/cuda/cuda_ipc_test' killed;
     grep 'rank [01]: survived, naming rank 2' '$out/killed.p3.log' | wc -l | grep -qx 2"
 step example.p2 30 "$run" -n 2 --timeout-ms 20000 "$build/examples/allreduce_cuda_ipc"
 

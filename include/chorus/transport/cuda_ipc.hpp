@@ -162,7 +162,9 @@ inline void* cuda_scratch_allocate(std::size_t bytes, char const* what) {
 /// reads the buffers, and what it queues there afterwards sees the results (a collective may
 /// return with its last kernel queued, as without a guard). Guards nest; the default stream is
 /// cudaStreamPerThread. A collective cannot be captured into a CUDA graph (its host waits for
-/// device copies): called on a capturing stream it throws invalid_argument.
+/// device copies): called on a capturing stream it throws invalid_argument and fails the group,
+/// leaving the capture intact. Destroy a stream only once a later collective ran on another
+/// stream (which waits for the first's chorus work), or after synchronising it.
 class cuda_stream_guard {
 public:
     explicit cuda_stream_guard(cudaStream_t stream) noexcept : previous_(std::exchange(detail::cuda_current_stream(), stream)) {}
@@ -372,14 +374,21 @@ public:
         }
     }
     // Every stream of the device, not only this thread's: the destructor may run on another
-    // thread than the one whose queued kernels still read the peers' slots (one_shot).
-    void synchronize() noexcept { (void)cudaDeviceSynchronize(); }
+    // thread than the one whose queued kernels still read the peers' slots (one_shot). Not
+    // while the stream is being captured (a failing collective inside a capture): synchronising
+    // would invalidate the program's capture, and nothing of chorus's was queued in it.
+    void synchronize() noexcept {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(cuda_stream(), &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone) return;
+        (void)cudaDeviceSynchronize();
+    }
 
 private:
-    // The transport's device work on a stream other than its previous one (a cuda_stream_guard,
-    // another thread) first waits for what it queued on that one: an event completing on the
+    // The transport's device work on a stream other than its previous one (a cuda_stream_guard
+    // began or ended) first waits for what it queued on that one: an event completing on the
     // new stream then covers the old one's work too — the one_shot rounds' ordering (a slot is
-    // written only after this rank's reads of its last round) holds across streams.
+    // written only after this rank's reads of its last round) holds across streams. (Another
+    // thread's cudaStreamPerThread is not this thread's: see cuda_ipc_transport.)
     void follow_stream() {
         cudaStream_t const now = cuda_stream();
         if (now == last_stream_) return;
