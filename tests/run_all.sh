@@ -52,6 +52,13 @@ else
 fi
 
 run build "-O2 -g1" "" -DCHORUS_WERROR=ON
-run build-tsan "-O1 -g1" "matrix[.]p8" -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
+# ThreadSanitizer orders by address: shared memory that two threads map twice (shm_transport's
+# segments, ranks as threads) carries its happens-before at two addresses it cannot match. The
+# shm tests pass because their data lives there too; the staged transport over an shm control
+# channel keeps its host-model "device" memory on the heap, at one address, so TSan sees its
+# copies unordered. The same engine runs under TSan over a loopback control channel
+# (staged_test.cpp), whose mutexes it sees.
+tsan_blind="staged_factory|staged over shared memory"
+run build-tsan "-O1 -g1" "matrix[.]p8|$tsan_blind" -DCHORUS_SANITIZE=thread -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
 run build-asan "-O1 -g1" "matrix[.]p8" -DCHORUS_SANITIZE=address,undefined -DCHORUS_BUILD_EXAMPLES=OFF -DCHORUS_BUILD_BENCH=OFF
 echo "=== all tests passed in $((SECONDS - started)) s"
