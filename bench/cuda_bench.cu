@@ -256,6 +256,7 @@ int main(int argc, char** argv) {
                     if (all_algos) {
                         run.template operator()<chorus::ring>("ring");
                         run.template operator()<chorus::rabenseifner>("rabenseifner");
+                        run.template operator()<chorus::two_shot>("two_shot");
                         if (bytes <= (std::size_t{64} << 20)) {
                             run.template operator()<chorus::recursive_doubling>("recursive_doubling");
                             run.template operator()<chorus::tree>("tree");

@@ -42,6 +42,7 @@
 #include <chorus/algorithm/ring_reduce_scatterv.hpp>
 #include <chorus/algorithm/scatter_allgather_broadcast.hpp>
 #include <chorus/algorithm/tree_allreduce.hpp>
+#include <chorus/algorithm/two_shot_allreduce.hpp>
 #include <chorus/algorithm/tree_broadcast.hpp>
 #include <chorus/algorithm/tree_reduce.hpp>
 #include <chorus/algorithm/tree_reduce_scatter.hpp>
@@ -66,7 +67,8 @@ using scatter_algorithms = algorithms<collective_kind::scatter, linear>;
 using gather_algorithms = algorithms<collective_kind::gather, linear>;
 using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck, hierarchical, one_shot>;
 using reduce_algorithms = algorithms<collective_kind::reduce, tree>;
-using allreduce_algorithms = algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical, one_shot>;
+using allreduce_algorithms =
+    algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical, one_shot, two_shot>;
 using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree, one_shot>;
 using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck, one_shot>;
 using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
@@ -182,8 +184,9 @@ void reduce(Transport& tp, R&& data, Op op, rank_t root) {
 }
 
 /// Reduces `data` over all ranks with `op` (default sum), in place, on every rank.
-/// Algorithms: ring, rabenseifner, recursive_doubling, tree; automatic picks by size and
-/// by whether `op` is commutative (ring needs it).
+/// Algorithms: ring, rabenseifner, recursive_doubling, tree, hierarchical (node_transport),
+/// one_shot (direct_transport), two_shot (exposing_transport); automatic picks by size, by the
+/// transport and by whether `op` is commutative (ring needs it).
 template <class Algo = automatic, transport Transport, writable_message_range R, class Op = sum>
 void allreduce(Transport& tp, R&& data, Op op = {}) {
     using T = detail::element_t<R>;
@@ -191,7 +194,11 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
         auto s = detail::to_span(data);
         detail::run_collective<Algo, detail::allreduce_algorithms, T, Op>(
             tp, s.size_bytes(),
-            [&] { return detail::prefer_direct<T>(tp, s.size_bytes(), sizeof(T), detail::choose_allreduce_over(tp, s.size_bytes(), is_commutative_v<Op, T>)); },
+            [&] {
+                auto const bytes = s.size_bytes();
+                return detail::prefer_direct<T>(
+                    tp, bytes, sizeof(T), detail::prefer_exposed<T>(tp, bytes, detail::choose_allreduce_over(tp, bytes, is_commutative_v<Op, T>)));
+            },
             s, op);
     }
 }

@@ -67,6 +67,9 @@ struct bruck {  ///< ceil(log2 p) rounds at distances 1, 2, 4, ... for any p
 struct one_shot {  ///< one round: every rank reads the blocks it needs from its peers' memory (direct_transport)
     static constexpr std::string_view name{"one_shot"};
 };
+struct two_shot {  ///< reduce-scatter then allgather, each one round reading the peers' buffers in place (exposing_transport)
+    static constexpr std::string_view name{"two_shot"};
+};
 struct hierarchical {  ///< inside each node, then across the nodes (node_transport), then inside again
     static constexpr std::string_view name{"hierarchical"};
 };

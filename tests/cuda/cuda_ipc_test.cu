@@ -210,6 +210,7 @@ void reductions(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_
         run_allreduce.template operator()<chorus::recursive_doubling>("recursive_doubling");
         run_allreduce.template operator()<chorus::rabenseifner>("rabenseifner");
         run_allreduce.template operator()<chorus::one_shot>("one_shot");
+        run_allreduce.template operator()<chorus::two_shot>("two_shot");
 
         for (rank_t root : {rank_t{0}, p - 1}) {
             device_array<T> in(contribution<T, Op>(me, n)), out(n);
@@ -384,6 +385,32 @@ int matrix() {
         device_array<float> d(contribution<float, chorus::sum>(tp.rank(), n));
         chorus::allreduce<chorus::ring>(tp, d.span(), chorus::sum{});
         t.compare("allreduce<ring> float sum 24 MiB", d.get(), [&](std::size_t i) { return expected<float, chorus::sum>(p, i); }, 1e-6);
+
+        // two_shot, the automatic choice at this size: the vectors read in place through their
+        // allocations' IPC handles — a vector inside a larger allocation (an offset), the same
+        // allocation again (opened once), then a vector from a stream-ordered pool on rank 0,
+        // which CUDA IPC cannot share: every rank takes the ring instead.
+        auto const want = [&](std::size_t i) { return expected<float, chorus::sum>(p, i); };
+        auto const values = contribution<float, chorus::sum>(tp.rank(), n);
+        device_array<float> big(n + 1000);
+        std::span<float> const inner = big.span().subspan(1000);
+        for (int k = 0; k < 2; ++k) {
+            check_cuda(cudaMemcpy(inner.data(), values.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+            chorus::allreduce(tp, inner, chorus::sum{});
+            std::vector<float> got(n);
+            check_cuda(cudaMemcpy(got.data(), inner.data(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+            t.compare("allreduce auto (two_shot) float sum 24 MiB at an offset, call " + std::to_string(k), got, want, 1e-6);
+        }
+        float* pooled = nullptr;
+        if (tp.rank() == 0) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&pooled), n * sizeof(float), nullptr), "cudaMallocAsync");
+        else check_cuda(cudaMalloc(reinterpret_cast<void**>(&pooled), n * sizeof(float)), "cudaMalloc");
+        check_cuda(cudaMemcpy(pooled, values.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+        chorus::allreduce<chorus::two_shot>(tp, std::span<float>(pooled, n), chorus::sum{});
+        std::vector<float> got(n);
+        check_cuda(cudaMemcpy(got.data(), pooled, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+        t.compare("allreduce<two_shot> float sum 24 MiB, rank 0's from cudaMallocAsync (the ring instead)", got, want, 1e-6);
+        if (tp.rank() == 0) check_cuda(cudaFreeAsync(pooled, nullptr), "cudaFreeAsync");
+        else check_cuda(cudaFree(pooled), "cudaFree");
     }
     chorus::barrier(tp);
     return report(tp, t, "matrix");
@@ -417,6 +444,7 @@ int generic() {
     t.compare("average_gradients<cuda_ipc_transport>(device span)", d.get(), want, 1e-6);
     static_assert(std::is_same_v<chorus::tcp_transport::memory_space, chorus::host_memory>);
     static_assert(std::is_same_v<chorus::cuda_ipc_transport::memory_space, chorus::cuda_device_memory>);
+    static_assert(chorus::exposing_transport<chorus::cuda_ipc_transport>);
     // The ring's segments follow the transport: 4 MiB messages on the device, 1 MiB over TCP,
     // 256 KiB by default (the loopback transport declares none).
     static_assert(chorus::detail::ring_segment_elements<chorus::cuda_ipc_transport, float>() == (std::size_t{1} << 20));
@@ -464,8 +492,11 @@ int one_shot_errors(bool limit) {
         said = e.what();
     }
     ++t.checks;
+    // Above the limit rank 1 sends messages (ring) or exposes its vector (two_shot, the
+    // automatic choice over CUDA IPC): "different sizes" from the transport, or the shapes' check.
     char const* const want = limit ? "different sizes" : "rank 1 called allreduce with 20 bytes, rank 0 allreduce with 16 bytes";
-    if (said.find(want) == std::string::npos || said.find("timed out") != std::string::npos) {
+    bool const named = said.find(want) != std::string::npos || (limit && said.find("their sizes differ") != std::string::npos);
+    if (!named || said.find("timed out") != std::string::npos) {
         ++t.failed;
         t.first = "one_shot mismatch (rank 1: " + std::to_string(n1) + " floats): '" + said + "'";
     }
@@ -545,8 +576,8 @@ int streams() {
     return report(tp, t, "stream");
 }
 
-// A rank killed in the middle of collectives: 3 ranks loop over a one_shot allreduce (1 KiB)
-// and a ring allreduce (4 MiB) on device buffers; rank 2 SIGKILLs itself 300 ms in. The others
+// A rank killed in the middle of collectives: 3 ranks loop over a one_shot allreduce (1 KiB),
+// a ring and a two_shot allreduce (4 MiB) on device buffers; rank 2 SIGKILLs itself 300 ms in. The others
 // must throw a chorus error naming rank 2 — no kernel or wait left spinning — and say when
 // ("survived"); tests/gpu/run.sh checks both lines, then starts new groups on the same GPU.
 int killed() {
@@ -570,6 +601,7 @@ int killed() {
             }
             chorus::allreduce(tp, small.span(), chorus::maximum{});  // one_shot: 1 KiB fits a round
             chorus::allreduce<chorus::ring>(tp, big.span(), chorus::maximum{});
+            chorus::allreduce<chorus::two_shot>(tp, big.span(), chorus::maximum{});
         }
     } catch (chorus::error const& e) {
         auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -72,6 +73,22 @@ public:
         return reinterpret_cast<void*>(h);
     }
     void close_handle(void*) noexcept { --open_handles; }
+    // Any memory of the process is exported (ranks are threads), unless a test refuses it (a
+    // device refuses memory it cannot share, such as CUDA's stream-ordered pools). As if
+    // memory were allocated in 4 KiB pieces: the handle names the piece, the offset the place
+    // in it (buffers share pieces, and start inside them, as they do in CUDA allocations).
+    struct exported {
+        std::uintptr_t handle;
+        std::size_t offset;
+    };
+    bool refuse_export = false;
+    long exports = 0;  // buffers this rank exported so far
+    std::optional<exported> export_range(void const* p, std::size_t) {
+        if (refuse_export) return std::nullopt;
+        ++exports;
+        auto const at = reinterpret_cast<std::uintptr_t>(p);
+        return exported{at & ~std::uintptr_t{4095}, at & 4095};
+    }
 
     void copy(void* dst, void const* src, std::size_t bytes) {
         if (fail_copies) throw chorus::device_error("host model: copy failed (injected)");

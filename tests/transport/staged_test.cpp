@@ -148,10 +148,11 @@ TEST_CASE("staged protocol (host model): one_shot folds every rank's block in on
         long const folds = testing_support::folding_host_memory::folds.load();
         staged_runner::run_with<folding_model>(p, [](rank_t) { return chorus::staged_config{256, 3, 256}; }, [&](folding_model& tp) {
             std::size_t const n = 45;  // 360 bytes: two rounds of 32 elements and 13
-            std::vector<long long> v(n), w(n), out(n * static_cast<std::size_t>(p)), rs(n);
-            for (std::size_t i = 0; i < n; ++i) v[i] = w[i] = value(tp.rank(), i);
+            std::vector<long long> v(n), w(n), x(n), out(n * static_cast<std::size_t>(p)), rs(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = w[i] = x[i] = value(tp.rank(), i);
             chorus::allreduce<chorus::one_shot>(tp, std::span(v), affine{});
             chorus::allreduce<chorus::one_shot>(tp, std::span(w), chorus::avg{});
+            chorus::allreduce<chorus::two_shot>(tp, std::span(x), affine{});  // its slice in one pass, in place
             for (std::size_t i = 0; i < out.size(); ++i) out[i] = value(tp.rank(), i) + 7;
             chorus::reduce_scatter<chorus::one_shot>(tp, std::span<long long const>(out), std::span(rs), affine{});
             auto const me = static_cast<std::size_t>(tp.rank());
@@ -163,16 +164,77 @@ TEST_CASE("staged protocol (host model): one_shot folds every rank's block in on
                     scattered = scattered * 3 + value(r, me * n + i) + 7;
                 }
                 REQUIRE(v[i] == folded);
+                REQUIRE(x[i] == folded);
                 REQUIRE(w[i] == sum / p);
                 REQUIRE(rs[i] == scattered);
             }
         }, 20s);
-        // A pass per round on every rank up to max_fold ranks: the allreduces take 2 rounds of
-        // 32 elements, the reduce_scatter rounds of 256 / (8 p) elements of every block.
-        std::size_t const k = 256 / (8 * static_cast<std::size_t>(p)), rounds = 2 + 2 + (45 + k - 1) / k;
+        // A pass per round on every rank up to max_fold ranks: the one_shot allreduces take 2
+        // rounds of 32 elements, two_shot one fold, the reduce_scatter rounds of 256 / (8 p)
+        // elements of every block.
+        std::size_t const k = 256 / (8 * static_cast<std::size_t>(p)), rounds = 2 + 2 + 1 + (45 + k - 1) / k;
         long const passes = testing_support::folding_host_memory::folds.load() - folds;
         CHECK(passes == (p <= 3 ? static_cast<long>(rounds) * p : 0));
     }
+}
+
+TEST_CASE("staged protocol (host model): two_shot reads every rank's vector where it lies: no device copy, the peers' memory opened once") {
+    // Rank counts on either side of the scratch fold (host memory folds pairwise), vectors that
+    // do not divide by p, and many distinct buffers: more allocations than a peer keeps open.
+    long const open_before = testing_support::host_model_device::open_handles.load();
+    for (rank_t p : {2, 3, 5}) {
+        CAPTURE(p);
+        staged_runner::run(p, [&](staged_model& tp) {
+            auto const me = tp.rank();
+            for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
+                std::vector<std::vector<double>> buffers;  // alive together: distinct memory
+                for (int k = 0; k < 12; ++k) {
+                    auto& v = buffers.emplace_back(n + static_cast<std::size_t>(k));
+                    for (std::size_t i = 0; i < v.size(); ++i) v[i] = me * 0.5 + static_cast<double>(i % 97);
+                    long const copies = tp.device().copies, exports = tp.device().exports;
+                    chorus::allreduce<chorus::two_shot>(tp, v);
+                    CHECK(tp.device().copies == copies);       // read in place: nothing staged
+                    CHECK(tp.device().exports == exports + 2);  // the vector, twice
+                    for (std::size_t i = 0; i < v.size(); ++i)
+                        REQUIRE(v[i] == p * static_cast<double>(i % 97) + 0.5 * (p * (p - 1) / 2));
+                }
+            }
+            // The automatic choice takes it above one_shot's slot (1 KiB in these tests).
+            std::vector<float> large(5000, 1.0f);
+            long const exports = tp.device().exports;
+            chorus::allreduce(tp, large, chorus::maximum{});
+            CHECK(tp.device().exports == exports + 2);
+            for (float x : large) REQUIRE(x == 1.0f);
+        }, 60s);
+    }
+    // Every peer allocation opened for an exposure was closed with its transport.
+    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
+}
+
+TEST_CASE("staged protocol (host model): two_shot falls back to the ring where a rank's memory cannot be exported, on every rank alike") {
+    for (rank_t refusing : {0, 2}) {
+        CAPTURE(refusing);
+        staged_runner::run(3, [&](staged_model& tp) {
+            tp.device().refuse_export = tp.rank() == refusing;
+            std::vector<int> v(3001);
+            for (std::size_t i = 0; i < v.size(); ++i) v[i] = tp.rank() + static_cast<int>(i);
+            long const copies = tp.device().copies;
+            chorus::allreduce<chorus::two_shot>(tp, v);
+            CHECK(tp.device().copies > copies);  // the ring's chunks
+            for (std::size_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == 3 + 3 * static_cast<int>(i));
+        }, 20s);
+    }
+}
+
+TEST_CASE("staged protocol (host model): ranks that run different algorithms of one collective in rounds fail alike") {
+    // Rank 0 exposes its vector (two_shot) while the others copy theirs into slots (one_shot):
+    // every rank says so, none reads a block as the other kind.
+    auto const errors = errors_of(3, [](rank_t) { return chorus::staged_config{256, 3, 1024}; }, [](staged_model& tp) {
+        std::vector<double> v(16, 1.0);
+        if (tp.rank() == 0) chorus::allreduce<chorus::two_shot>(tp, v);
+        else chorus::allreduce<chorus::one_shot>(tp, v);
+    });
+    for (auto const& e : errors) CHECK_MESSAGE(e.find("different algorithms") != std::string::npos, e);
 }
 
 TEST_CASE("staged protocol (host model): ranks that call a collective differently fail alike, on either side of the one_shot limit") {

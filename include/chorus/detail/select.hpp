@@ -248,6 +248,20 @@ choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_by
     return otherwise;
 }
 
+// Over a transport whose ranks read each other's buffers where they lie (exposing_transport),
+// an allreduce too large for one_shot's slot runs two_shot (algorithm/two_shot_allreduce.hpp):
+// three rounds, each byte read once, where the message schedules copy every chunk twice behind
+// a host round trip. Chosen wherever one_shot is not (prefer_direct decides first).
+template <class T, class Transport>
+choice prefer_exposed(Transport& tp, std::size_t bytes, choice otherwise) {
+    if constexpr (exposing_transport<Transport>) {
+        bool aligned = true;
+        if constexpr (!std::is_void_v<T>) aligned = alignof(T) <= direct_alignment;
+        if (aligned && tp.size() > 1 && bytes > 0) return {two_shot::name, "ranks read each other's buffers in place: three rounds"};
+    }
+    return otherwise;
+}
+
 /// The front doors' decision: the automatic choice, CHORUS_ALGO applied, logged. A bad
 /// override fails the group like any invalid argument.
 template <class Transport>

@@ -94,6 +94,20 @@ concept direct_transport = transport<T> && requires(T& t, T const& ct, std::span
     { ct.agreed(r) } noexcept -> std::same_as<std::uint64_t>;
 };
 
+/// A direct_transport whose ranks can also read a caller's buffer where it lies, no copy into a
+/// slot first: the large collectives then move each byte once (docs/concepts.md#exposing_transport).
+/// - `expose(buffer, agreed, tag)` is a round of the direct exchange (same order, waits and
+///   failures as `exchange`) whose block is `buffer` itself, of any size. It returns whether
+///   every rank's buffer could be exposed (memory the device cannot export to its peers cannot
+///   be); where not, every rank's block of the round is empty and every rank returns false.
+/// - Until the round after the next, the peers may read the buffer: a collective that exposes
+///   one ends with a further round (an empty `exchange`) and leaves the buffer to its caller
+///   only once that returned; it writes into its own exposed buffer only what no peer reads then.
+template <class T>
+concept exposing_transport = direct_transport<T> && requires(T& t, std::span<std::byte const> buffer, std::uint64_t word, tag_t tag) {
+    { t.expose(buffer, word, tag) } -> std::same_as<bool>;
+};
+
 /// A transport whose buffers are ordinary host memory (`std::vector`, arrays).
 template <class T>
 concept host_transport = transport<T> && std::same_as<typename T::memory_space, host_memory>;
@@ -106,6 +120,9 @@ concept host_transport = transport<T> && std::same_as<typename T::memory_space, 
 ///   the end of the process (a peer may still have it open); `allocate`/`release`: staging.
 /// - `copy` enqueues; `record()` returns an event that is `done` once every copy enqueued
 ///   before it completed; `synchronize()` waits for all.
+/// - optionally `export_range(p, n)`: the handle of the allocation holding [p, p + n) and the
+///   offset of p in it (a struct with `handle` and `offset`), or std::nullopt where that memory
+///   cannot be exported; the staged transport is then an exposing_transport.
 /// - `check_current()` throws unless the calling thread may use the device;
 ///   `scoped_current()` makes it usable for a scope (a destructor on another thread).
 template <class D>

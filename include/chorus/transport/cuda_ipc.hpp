@@ -43,6 +43,7 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -263,6 +264,28 @@ struct cuda_device_memory {
 
 namespace detail {
 
+// The driver's cuMemGetAddressRange (the allocation holding an address), looked up once through
+// the runtime: the runtime API has no such query, and linking the driver library would add a
+// dependency to every program that includes chorus. nullptr where the driver lacks it.
+using cuda_address_range_fn = int (*)(unsigned long long* base, std::size_t* size, unsigned long long address);
+inline cuda_address_range_fn cuda_address_range() noexcept {
+    static cuda_address_range_fn const fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+#if CUDART_VERSION >= 12050
+        cudaError_t const e = cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &found);
+#else
+        cudaError_t const e = cudaGetDriverEntryPoint("cuMemGetAddressRange", &f, cudaEnableDefault, &found);
+#endif
+        if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return cuda_address_range_fn{};
+        }
+        return reinterpret_cast<cuda_address_range_fn>(f);
+    }();
+    return fn;
+}
+
 /// staged_engine's Device for CUDA IPC: FIFOs from cudaMalloc (exportable), copies with
 /// cudaMemcpyAsync on chorus's stream, completion by events from a pool.
 class cuda_ipc_device {
@@ -340,6 +363,36 @@ public:
         return p;
     }
     void close_handle(void* p) noexcept { (void)cudaIpcCloseMemHandle(p); }
+
+    /// The handle of the cudaMalloc allocation holding [p, p + n), and p's offset in it
+    /// (exposing_transport: two_shot reads the caller's buffer in place); std::nullopt for
+    /// memory CUDA IPC cannot share — host, managed or another device's memory, stream-ordered
+    /// pools (cudaMallocAsync), virtual memory (cuMemCreate), a mapping of another process's —
+    /// where the collective then takes another algorithm on every rank.
+    struct exported {
+        cudaIpcMemHandle_t handle;
+        std::size_t offset;
+    };
+    std::optional<exported> export_range(void const* p, std::size_t n) {
+        cudaPointerAttributes attributes{};
+        if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess || attributes.type != cudaMemoryTypeDevice ||
+            attributes.device != ordinal_) {
+            (void)cudaGetLastError();  // not a sticky error: cleared, so that later calls do not report it
+            return std::nullopt;
+        }
+        auto const range = detail::cuda_address_range();
+        unsigned long long base = 0;
+        std::size_t size = 0;
+        auto const at = reinterpret_cast<unsigned long long>(p);
+        if (range == nullptr || range(&base, &size, at) != 0 || at + n > base + size) return std::nullopt;
+        exported x{};
+        if (cudaIpcGetMemHandle(&x.handle, reinterpret_cast<void*>(base)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return std::nullopt;
+        }
+        x.offset = static_cast<std::size_t>(at - base);
+        return x;
+    }
 
     void copy(void* dst, void const* src, std::size_t bytes) {
         follow_stream();

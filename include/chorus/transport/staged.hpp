@@ -11,7 +11,8 @@
 //
 // With staged_config::direct_bytes it is a direct_transport too: blocks of the one_shot
 // collectives are copied into a slot of the rank's own memory and read by the peers where
-// they lie (protocol.hpp).
+// they lie (protocol.hpp). Where the device exports a caller's memory it is an
+// exposing_transport: the peers read the caller's buffer itself (two_shot).
 
 #include <chrono>
 #include <cstddef>
@@ -67,6 +68,13 @@ public:
         engine_->exchange(pieces, agreed, tag);
     }
     std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
+    /// A round whose block is the caller's buffer itself (exposing_transport), where the device
+    /// exports memory (Device::export_range).
+    bool expose(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
+        requires engine::can_expose
+    {
+        return engine_->expose(buffer, agreed, tag);
+    }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {
         try {

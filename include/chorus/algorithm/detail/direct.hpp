@@ -80,6 +80,26 @@ public:
 
     void operator()(std::span<std::span<std::byte const> const> pieces) {
         tp_.exchange(pieces, shape_, tag_);
+        check_shapes();
+    }
+    void operator()(std::span<std::byte const> block) { (*this)(std::span<std::span<std::byte const> const>(&block, 1)); }
+
+    /// A round whose block is `buffer` itself, where it lies (exposing_transport): whether every
+    /// rank's could be exposed (every rank gets the same answer).
+    bool expose(std::span<std::byte const> buffer)
+        requires exposing_transport<Transport>
+    {
+        bool const all = tp_.expose(buffer, shape_, tag_);
+        check_shapes();
+        return all;
+    }
+
+    /// The last round of a collective that exposed buffers, empty: once it returned, no peer
+    /// reads them any more.
+    void end() { tp_.exchange({}, shape_, tag_); }
+
+private:
+    void check_shapes() {
         if (checked_) return;
         checked_ = true;
         for (rank_t r = 1; r < tp_.size(); ++r) {
@@ -98,9 +118,7 @@ public:
             throw transport_error(other_collective ? errc::tag_mismatch : errc::size_mismatch, r, what);
         }
     }
-    void operator()(std::span<std::byte const> block) { (*this)(std::span<std::span<std::byte const> const>(&block, 1)); }
 
-private:
     Transport& tp_;
     std::uint64_t shape_;
     tag_t tag_;
@@ -168,6 +186,13 @@ concept folding_space = requires(std::span<T> out, std::span<T const* const> par
     Space::fold(out, parts, op, p);
 };
 
+/// Whether `Space` folds the blocks of p ranks in one pass (folding_space, p within its limit).
+template <class Space, class T, class Op>
+constexpr bool folds_in_one_pass(rank_t p) noexcept {
+    if constexpr (folding_space<Space, T, Op>) return p >= 2 && static_cast<std::size_t>(p) <= Space::max_fold;
+    else return false;
+}
+
 /// out = block 0 op block 1 op ... op block p-1 (elements `first` .. `first + out.size()` of
 /// each), in rank order, then the op's finish (AVG's division). This rank's part is read from
 /// `own` rather than from its published copy (a copy less to pull through the cache), unless
@@ -177,7 +202,7 @@ void direct_fold(Transport const& tp, std::span<T const> own, std::span<T> out, 
     using space = typename Transport::memory_space;
     rank_t const p = tp.size();
     if constexpr (folding_space<space, T, Op>) {
-        if (p >= 2 && static_cast<std::size_t>(p) <= space::max_fold) {
+        if (folds_in_one_pass<space, T, Op>(p)) {
             // One pass reads every operand of an element before writing it: `own` may be `out`.
             std::array<T const*, space::max_fold> parts{};
             for (rank_t r = 0; r < p; ++r)

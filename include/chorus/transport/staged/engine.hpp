@@ -61,7 +61,11 @@ public:
         fifo_ = device_.allocate_shared(direct_offset() + 2 * direct_stride());
         try {
             exchange_handles();
-            for (rank_t r = 0; r < size(); ++r) post_control_receive(r);
+            for (rank_t r = 0; r < size(); ++r) {
+                post_control_receive(r);
+                if constexpr (can_expose)
+                    if (r != me_) post_exposure_receive(r);
+            }
         } catch (transport_error const&) {  // the group failed already: our first operation says so
             failure_ = std::current_exception();
         } catch (...) {
@@ -100,7 +104,8 @@ public:
         // every rank, and a rank that leaves is not a failure. Their buffers outlive it.
         for (auto& q : peers_) {
             for (auto& c : q.control_sends) c.request->detach();
-            for (auto* r : {&q.control_in, &q.handle_in, &q.handle_out})
+            for (auto& c : q.exposure_sends) c.request->detach();
+            for (auto* r : {&q.control_in, &q.exposure_in, &q.handle_in, &q.handle_out})
                 if (*r) (*r)->detach();
         }
         control_.reset();
@@ -137,54 +142,50 @@ public:
             throw invalid_argument("staged transport: a direct block of " + std::to_string(bytes) + " bytes exceeds direct_bytes " +
                                    std::to_string(direct_bytes_));
         std::uint64_t const round = ++round_;
-        std::optional<typename Device::event> copied;
         failing_on_error([&] {
             std::byte* to = direct_slot(static_cast<std::byte*>(fifo_), round);
             for (auto const& piece : pieces) {
                 if (!piece.empty()) device_.copy(to, piece.data(), piece.size());
                 to += piece.size();
             }
-            copied.emplace(device_.record());
         });
-        // The copy completes before the peers hear of the block, and with it every read of an
-        // earlier round's blocks this rank enqueued: the peers may then reuse those slots. One
-        // deadline for the round: waiting for the copy, then for the peers.
-        auto const deadline = deadline_after(timeout_);
-        bool done = false;
-        try {
-            wait_direct([&] { return done || (done = device_.done(*copied)); }, tag, [&] { return me_; }, deadline);
-        } catch (...) {
-            device_.release(*copied);
-            throw;
-        }
-        device_.release(*copied);
-        peer_of(me_).direct[round & 1] = {round, bytes, agreed, tag};
-        failing_on_error([&] {
-            for (rank_t r = 0; r < size(); ++r)
-                if (r != me_) send_control(r, {staged_control::direct, tag, bytes, round, 0, agreed});
-        });
-        auto const missing = [&]() -> rank_t {  // the first rank not heard from (or not opened)
-            for (rank_t r = 0; r < size(); ++r) {
-                peer_state const& q = peer_of(r);
-                if (q.direct[round & 1].round != round || !q.remote) return r;
-            }
-            return -1;
-        };
-        wait_direct([&] { return missing() < 0; }, tag, missing, deadline);
-        // The same round of another collective: a rank skipped one, or called others.
-        for (rank_t r = 0; r < size(); ++r) {
-            if (tag_t const theirs = peer_of(r).direct[round & 1].tag; theirs != tag) {
-                std::string const what = collective_mismatch_message(me_, tag, r, theirs);
-                abort(what);
-                throw transport_error(errc::tag_mismatch, r, what);
-            }
-        }
+        publish({round, bytes, agreed, tag, direct_record::in_slot, nullptr}, {});
     }
-    /// Rank r's block of this rank's latest round, in r's memory (this rank's own: its slot).
+
+    /// Whether the device exports a caller's memory to the peers (expose()).
+    static constexpr bool can_expose = requires(Device& d, void const* p, std::size_t n) { d.export_range(p, n); };
+
+    /// A round of the direct exchange whose block is `buffer` itself, where it lies
+    /// (transport/concepts.hpp, exposing_transport): once this rank's work before it completed,
+    /// every peer gets the buffer's handle; returns, as exchange() does, once every peer's
+    /// record of the round came, and with it whether every rank's buffer could be exported
+    /// (false: some rank's memory cannot be, every rank's blocks of the round are then empty
+    /// and every rank returns false).
+    bool expose(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
+        requires can_expose
+    {
+        throw_if_failed();
+        check_device();
+        std::uint64_t const round = ++round_;
+        std::optional<exposed_at> exported;
+        if (!buffer.empty())
+            failing_on_error([&] {
+                if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
+            });
+        bool const ok = buffer.empty() || exported.has_value();
+        publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data()}, exported);
+        return std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; });
+    }
+
+    /// Rank r's block of this rank's latest round, in r's memory (this rank's own: its slot, or
+    /// the buffer it exposed).
     std::span<std::byte const> block(rank_t r) const noexcept {
         peer_state const& q = peers_[static_cast<std::size_t>(r)];
+        direct_record const& d = q.direct[round_ & 1];
+        if (d.kind == direct_record::in_place) return {d.data, static_cast<std::size_t>(d.bytes)};
+        if (d.kind == direct_record::unexported) return {};
         auto const* base = static_cast<std::byte const*>(r == me_ ? fifo_ : q.opened);
-        return {direct_slot(base, round_), static_cast<std::size_t>(q.direct[round_ & 1].bytes)};
+        return {direct_slot(base, round_), static_cast<std::size_t>(d.bytes)};
     }
     std::uint64_t agreed(rank_t r) const noexcept { return peers_[static_cast<std::size_t>(r)].direct[round_ & 1].agreed; }
 
@@ -273,7 +274,7 @@ public:
 private:
     using clock = std::chrono::steady_clock;
     using control_request = typename Control::request;
-    static constexpr tag_t control_tag = 1, handle_tag = 2;
+    static constexpr tag_t control_tag = 1, handle_tag = 2, exposure_tag = 3;
 
     // What a rank sends each peer at set-up: the handle of its memory and where in it things lie.
     struct hello {
@@ -284,9 +285,33 @@ private:
     // A peer's direct record of one round (its latest two are kept: a peer may announce round
     // k + 1 while this rank still waits for another's record of round k).
     struct direct_record {
+        enum kind_t : int { in_slot, in_place, unexported };
         std::uint64_t round = 0, bytes = 0, agreed = 0;
         tag_t tag = 0;
+        kind_t kind = in_slot;
+        std::byte const* data = nullptr;  // in_place: the block, mapped into this process
     };
+    // Where a caller's buffer lies for the peers: the handle of the allocation holding it and
+    // its offset there (Device::export_range).
+    struct exposed_at {
+        typename Device::handle handle;
+        std::uint64_t offset;
+    };
+    // What an exposing rank sends each peer (control tag 3): the round's record, and where its
+    // buffer lies unless it could not be exported.
+    struct exposure_message {
+        staged_control record;  // kind direct: tag, total = bytes, offset = round, slot = agreed
+        std::uint64_t exported;  // 0: not (the block is empty on every rank)
+        exposed_at at;
+    };
+    static_assert(std::is_trivially_copyable_v<exposure_message>);
+    // A peer's allocation this rank opened for an exposure, kept for the next ones.
+    struct opened_exposure {
+        typename Device::handle handle;
+        void* base;
+        std::uint64_t last_round;  // the latest round that read it
+    };
+    static constexpr std::size_t exposure_cache = 8;  // allocations kept open per peer
 
     struct unexpected_message {
         tag_t tag = 0;
@@ -307,6 +332,10 @@ private:
         std::unique_ptr<staged_control> message;
         std::optional<control_request> request;
     };
+    struct exposure_send {
+        std::unique_ptr<exposure_message> message;
+        std::optional<control_request> request;
+    };
     struct peer_state {
         // towards the peer
         std::byte* remote = nullptr;  // our region of the peer's FIFO
@@ -315,6 +344,7 @@ private:
         std::deque<op_ptr> sends;             // posted, not all chunks enqueued
         std::deque<chunk_copy> send_copies;   // enqueued, header not sent yet
         std::deque<control_send> control_sends;
+        std::deque<exposure_send> exposure_sends;
         // from the peer
         staged_control in{};
         std::optional<control_request> control_in;
@@ -326,6 +356,9 @@ private:
         std::deque<chunk_copy> recv_copies;
         std::uint64_t credits_owed = 0;
         std::array<direct_record, 2> direct{};  // by round % 2
+        exposure_message exposure_in_message{};
+        std::optional<control_request> exposure_in;
+        std::vector<opened_exposure> exposures;  // the peer's allocations open here
     };
 
     std::size_t region_bytes() const noexcept { return chunk_ * slots_; }
@@ -404,8 +437,11 @@ private:
     }
 
     void close_peers() noexcept {
-        for (auto& q : peers_)
+        for (auto& q : peers_) {
             if (q.opened) device_.close_handle(std::exchange(q.opened, nullptr));
+            for (auto& c : q.exposures) device_.close_handle(c.base);
+            q.exposures.clear();
+        }
     }
 
     // The events and staging buffers still held for this peer (at destruction).
@@ -427,7 +463,9 @@ private:
         for (rank_t r = 0; r < size(); ++r) send_control(r, {staged_control::bye, 0, 0, 0, 0, 0});
         auto const deadline = deadline_after(timeout_);
         auto const finished = [&] {
-            return std::ranges::all_of(peers_, [](peer_state const& q) { return q.said_bye && q.control_sends.empty(); });
+            return std::ranges::all_of(peers_, [](peer_state const& q) {
+                return q.said_bye && q.control_sends.empty() && q.exposure_sends.empty();
+            });
         };
         while (!finished() && clock::now() < deadline) {
             progress();
@@ -472,9 +510,14 @@ private:
                     on_control(r, q.in);
                     if (!q.said_bye) post_control_receive(r);
                 }
+                while (!q.said_bye && q.exposure_in && q.exposure_in->test()) {
+                    on_exposure(r, q.exposure_in_message);
+                    post_exposure_receive(r);
+                }
                 progress_sends(r);
                 progress_receives(r);
                 std::erase_if(q.control_sends, [](control_send& c) { return c.request->test(); });
+                std::erase_if(q.exposure_sends, [](exposure_send& c) { return c.request->test(); });
             }
         } catch (error const&) {
             fail_engine();
@@ -536,15 +579,10 @@ private:
         peer_state& q = peer_of(from);
         if (m.kind == staged_control::bye) return void(q.said_bye = true);
         if (m.kind == staged_control::direct) {
-            // A peer is at most one round ahead (it needs this rank's record of a round to leave
-            // it), and its block fits our slots (the layouts agreed at set-up): anything else
-            // is a corrupt record, which must not show another round's block.
-            if (m.offset != round_ && m.offset != round_ + 1)
-                throw transport_error(errc::peer_failed, from,
-                                      "staged transport: rank " + std::to_string(from) + " announced direct round " +
-                                          std::to_string(m.offset) + " while rank " + std::to_string(me_) + " is at round " +
-                                          std::to_string(round_) + " (a corrupt control record)");
-            q.direct[m.offset & 1] = {m.offset, std::min<std::uint64_t>(m.total, direct_bytes_), m.slot, static_cast<tag_t>(m.tag)};
+            // Its block fits our slots (the layouts agreed at set-up).
+            check_round(from, m.offset);
+            q.direct[m.offset & 1] = {m.offset, std::min<std::uint64_t>(m.total, direct_bytes_), m.slot, static_cast<tag_t>(m.tag),
+                                      direct_record::in_slot, nullptr};
             return;
         }
         if (m.kind == staged_control::credit) return void(q.credits += static_cast<std::size_t>(m.length));
@@ -626,6 +664,120 @@ private:
             u->buffer = nullptr;
             return true;
         });
+    }
+
+    // The rest of a direct round, once this rank's block is in place (copied into its slot, or
+    // the caller's buffer): waits until the device completed the copy and every earlier read
+    // of peers' blocks this rank enqueued, then sends each peer the record (with the buffer's
+    // handle, exposed) and waits for every peer's of the same round. The peers may then reuse
+    // their slots of the round before: this rank read them before. One deadline for the round.
+    void publish(direct_record own, std::optional<exposed_at> const& exported) {
+        std::uint64_t const round = own.round;
+        tag_t const tag = own.tag;
+        std::optional<typename Device::event> completed;
+        failing_on_error([&] { completed.emplace(device_.record()); });
+        auto const deadline = deadline_after(timeout_);
+        bool done = false;
+        try {
+            wait_direct([&] { return done || (done = device_.done(*completed)); }, tag, [&] { return me_; }, deadline);
+        } catch (...) {
+            device_.release(*completed);
+            throw;
+        }
+        device_.release(*completed);
+        peer_of(me_).direct[round & 1] = own;
+        staged_control const record{staged_control::direct, tag, own.bytes, round, 0, own.agreed};
+        failing_on_error([&] {
+            for (rank_t r = 0; r < size(); ++r) {
+                if (r == me_) continue;
+                if (own.kind == direct_record::in_slot) send_control(r, record);
+                else send_exposure(r, {record, exported ? 1u : 0u, exported.value_or(exposed_at{})});
+            }
+        });
+        auto const missing = [&]() -> rank_t {  // the first rank not heard from (or not opened)
+            for (rank_t r = 0; r < size(); ++r) {
+                peer_state const& q = peer_of(r);
+                if (q.direct[round & 1].round != round || !q.remote) return r;
+            }
+            return -1;
+        };
+        wait_direct([&] { return missing() < 0; }, tag, missing, deadline);
+        for (rank_t r = 0; r < size(); ++r) {
+            direct_record const& theirs = peer_of(r).direct[round & 1];
+            // The same round of another collective: a rank skipped one, or called others.
+            if (theirs.tag != tag) {
+                std::string const what = collective_mismatch_message(me_, tag, r, theirs.tag);
+                abort(what);
+                throw transport_error(errc::tag_mismatch, r, what);
+            }
+            // A block in a slot against a buffer in place, for the same shape: the ranks run
+            // different algorithms of one collective (CHORUS_ALGO differs between them). Of
+            // different shapes (sizes), the collective's own check names them, before any read.
+            if ((theirs.kind == direct_record::in_slot) != (own.kind == direct_record::in_slot) && theirs.agreed == own.agreed) {
+                auto const how = [](direct_record const& d) { return d.kind == direct_record::in_slot ? "in its slot" : "in place"; };
+                std::string const what = "rank " + std::to_string(me_) + ": rank " + std::to_string(r) + " published its block " +
+                                         how(theirs) + ", rank " + std::to_string(me_) + " " + how(own) + " (" + describe_tag(tag) +
+                                         "): the ranks run different algorithms of it (CHORUS_ALGO must agree)";
+                abort(what);
+                throw transport_error(errc::tag_mismatch, r, what);
+            }
+        }
+    }
+
+    void send_exposure(rank_t to, exposure_message const& m) {
+        auto message = std::make_unique<exposure_message>(m);
+        control_request request = control_->isend(to, exposure_tag, std::as_bytes(std::span(message.get(), 1)));
+        if (!request.test()) peer_of(to).exposure_sends.push_back({std::move(message), std::move(request)});
+    }
+
+    void post_exposure_receive(rank_t r) {
+        peer_state& q = peer_of(r);
+        q.exposure_in.emplace(control_->irecv(r, exposure_tag, std::as_writable_bytes(std::span(&q.exposure_in_message, 1))));
+    }
+
+    // A peer's exposure record: its buffer, mapped here through the allocation's handle (opened
+    // once, kept for its next exposures).
+    void on_exposure(rank_t from, exposure_message const& m) {
+        check_round(from, m.record.offset);
+        std::uint64_t const round = m.record.offset;
+        direct_record d{round, m.record.total, m.record.slot, static_cast<tag_t>(m.record.tag), direct_record::in_place, nullptr};
+        if (!m.exported) d.kind = direct_record::unexported;
+        else if (d.bytes != 0) d.data = static_cast<std::byte const*>(open_exposure(from, m.at.handle, round)) + m.at.offset;
+        peer_of(from).direct[round & 1] = d;
+    }
+
+    // The peer's allocation behind `handle`, opened once. A handle names one allocation (CUDA's
+    // differ for two allocations at one address), so a cached entry is the same memory. The
+    // oldest entry not read in this rank's round or the next (the only rounds whose blocks are
+    // still read) is closed when the cache is full.
+    void* open_exposure(rank_t from, typename Device::handle const& handle, std::uint64_t round) {
+        auto& cache = peer_of(from).exposures;
+        for (auto& c : cache) {
+            if (std::memcmp(&c.handle, &handle, sizeof handle) == 0) {
+                c.last_round = std::max(c.last_round, round);
+                return c.base;
+            }
+        }
+        if (cache.size() >= exposure_cache) {
+            auto oldest = std::ranges::min_element(cache, {}, &opened_exposure::last_round);
+            if (oldest->last_round < round_) {
+                device_.close_handle(oldest->base);
+                cache.erase(oldest);
+            }
+        }
+        void* base = device_.open_handle(handle);
+        cache.push_back({handle, base, round});
+        return base;
+    }
+
+    // A peer is at most one round ahead (it needs this rank's record of a round to leave it):
+    // anything else is a corrupt record, which must not show another round's block.
+    void check_round(rank_t from, std::uint64_t round) const {
+        if (round != round_ && round != round_ + 1)
+            throw transport_error(errc::peer_failed, from,
+                                  "staged transport: rank " + std::to_string(from) + " announced direct round " + std::to_string(round) +
+                                      " while rank " + std::to_string(me_) + " is at round " + std::to_string(round_) +
+                                      " (a corrupt control record)");
     }
 
     // Direct exchanges: waits until `ready()`, moving messages, as a receive of `tag` from

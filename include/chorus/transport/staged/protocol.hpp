@@ -41,6 +41,14 @@
 // came: a peer sends that record once the copy it enqueued for round k + 1 completed, and so
 // every read of round k's blocks it had enqueued before (one stream, in order).
 //
+// Exposures (two_shot; transport/concepts.hpp, exposing_transport), where the device exports a
+// caller's memory: a round whose block is the caller's buffer itself. Its record goes on control
+// tag 3 with the handle of the allocation holding the buffer and the offset in it; a peer opens
+// each allocation once and keeps it open for later rounds (a few per peer, the oldest closed
+// first). The round waits for this rank's earlier work before the record leaves, as a slot's
+// round waits for its copy; a rank whose memory cannot be exported says so in its record, and
+// the round's blocks are then empty on every rank.
+//
 // Set-up: the handles travel with each rank's layout (chunk, slots, direct_bytes); a rank whose
 // layout differs would copy into the wrong place of its peers' memory, so every rank refuses
 // to join it, naming the setting.
