@@ -70,9 +70,14 @@ public:
     handle export_handle(void* base) { return reinterpret_cast<handle>(base); }
     void* open_handle(handle const& h) {
         ++open_handles;
+        ++opens;
+        ++open_here;
         return reinterpret_cast<void*>(h);
     }
-    void close_handle(void*) noexcept { --open_handles; }
+    void close_handle(void*) noexcept {
+        --open_handles;
+        --open_here;
+    }
     // Any memory of the process is exported (ranks are threads), unless a test refuses it (a
     // device refuses memory it cannot share, such as CUDA's stream-ordered pools). As if
     // memory were allocated in 4 KiB pieces: the handle names the piece, the offset the place
@@ -112,6 +117,8 @@ public:
     /// FIFOs freed (every peer said goodbye) and abandoned (one may still use it), all ranks.
     static inline std::atomic<long> released_fifos{0}, abandoned_fifos{0};
     long copies = 0;  // copies enqueued so far by this rank
+    long opens = 0;      // handles this rank opened so far
+    long open_here = 0;  // handles this rank has open now
 
 private:
     struct pending_copy {

@@ -178,23 +178,28 @@ TEST_CASE("staged protocol (host model): one_shot folds every rank's block in on
     }
 }
 
-TEST_CASE("staged protocol (host model): two_shot reads every rank's vector where it lies: no device copy, the peers' memory opened once") {
+TEST_CASE("staged protocol (host model): two_shot reads every rank's vector where it lies: no device copy, each peer's memory opened once and closed before returning") {
     // Rank counts on either side of the scratch fold (host memory folds pairwise), vectors that
-    // do not divide by p, and many distinct buffers: more allocations than a peer keeps open.
+    // do not divide by p, and many distinct buffers alive at once.
     long const open_before = testing_support::host_model_device::open_handles.load();
     for (rank_t p : {2, 3, 5}) {
         CAPTURE(p);
         staged_runner::run(p, [&](staged_model& tp) {
             auto const me = tp.rank();
+            chorus::barrier(tp);  // every peer's FIFO open: what stays open between collectives
+            long const fifos = tp.device().open_here;
+            CHECK(fifos == p - 1);
             for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
                 std::vector<std::vector<double>> buffers;  // alive together: distinct memory
                 for (int k = 0; k < 12; ++k) {
                     auto& v = buffers.emplace_back(n + static_cast<std::size_t>(k));
                     for (std::size_t i = 0; i < v.size(); ++i) v[i] = me * 0.5 + static_cast<double>(i % 97);
-                    long const copies = tp.device().copies, exports = tp.device().exports;
+                    long const copies = tp.device().copies, exports = tp.device().exports, opens = tp.device().opens;
                     chorus::allreduce<chorus::two_shot>(tp, v);
                     CHECK(tp.device().copies == copies);       // read in place: nothing staged
-                    CHECK(tp.device().exports == exports + 2);  // the vector, twice
+                    CHECK(tp.device().exports == exports + 1);  // once: round 2 re-sends round 1's
+                    CHECK(tp.device().opens == opens + p - 1);  // each peer's once, for both rounds
+                    CHECK(tp.device().open_here == fifos);      // and closed: the caller may free it
                     for (std::size_t i = 0; i < v.size(); ++i)
                         REQUIRE(v[i] == p * static_cast<double>(i % 97) + 0.5 * (p * (p - 1) / 2));
                 }
@@ -203,7 +208,7 @@ TEST_CASE("staged protocol (host model): two_shot reads every rank's vector wher
             std::vector<float> large(5000, 1.0f);
             long const exports = tp.device().exports;
             chorus::allreduce(tp, large, chorus::maximum{});
-            CHECK(tp.device().exports == exports + 2);
+            CHECK(tp.device().exports == exports + 1);
             for (float x : large) REQUIRE(x == 1.0f);
         }, 60s);
     }
@@ -218,9 +223,11 @@ TEST_CASE("staged protocol (host model): two_shot falls back to the ring where a
             tp.device().refuse_export = tp.rank() == refusing;
             std::vector<int> v(3001);
             for (std::size_t i = 0; i < v.size(); ++i) v[i] = tp.rank() + static_cast<int>(i);
-            long const copies = tp.device().copies;
+            chorus::barrier(tp);
+            long const copies = tp.device().copies, opened = tp.device().open_here;
             chorus::allreduce<chorus::two_shot>(tp, v);
             CHECK(tp.device().copies > copies);  // the ring's chunks
+            CHECK(tp.device().open_here == opened);  // no exposure opened for a round nobody reads
             for (std::size_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == 3 + 3 * static_cast<int>(i));
         }, 20s);
     }

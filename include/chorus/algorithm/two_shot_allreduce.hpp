@@ -9,8 +9,9 @@
 //      own (the reduce-scatter half).
 //   2. Every rank exposes it again, its slice now reduced; each copies the p - 1 others'
 //      slices from their vectors into place (the allgather half).
-//   3. An empty round: no rank returns, and lets its caller write the vector, while a peer
-//      may still read it.
+//   3. An empty round: no rank returns, and lets its caller write or free the vector, while a
+//      peer may still read it or hold its allocation open (each closes the peers' allocations
+//      it opened once its reads completed, before it announces this round).
 // In place is safe: in round 1 rank r writes only slice r, which only r reads then; in round 2
 // it writes slice s, which only s read, in round 1, and s announced round 2 only once its reads
 // of round 1 completed.
@@ -59,7 +60,8 @@ void two_shot_allreduce(Transport& tp, std::span<T> data, Op op) {
         detail::direct_fold(tp, detail::as_const(mine), folded.span(), first(me), op);
         space::copy(mine, detail::as_const(folded.span()));
     }
-    round.expose(detail::bytes_of(data));
+    // The same buffers again: each rank re-sends its round-1 export, so every rank's is readable.
+    if (!round.expose(detail::bytes_of(data))) detail::fail_argument(tp, "two_shot allreduce: a vector exposed in round 1 was not in round 2");
     for (std::size_t r = 0; r < p; ++r)
         if (r != me) space::copy(slice(r), detail::direct_block<T>(tp, static_cast<rank_t>(r), first(r), slice(r).size()));
     round.end();

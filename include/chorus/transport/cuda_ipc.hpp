@@ -375,11 +375,11 @@ public:
     };
     std::optional<exported> export_range(void const* p, std::size_t n) {
         cudaPointerAttributes attributes{};
-        if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess || attributes.type != cudaMemoryTypeDevice ||
-            attributes.device != ordinal_) {
-            (void)cudaGetLastError();  // not a sticky error: cleared, so that later calls do not report it
+        if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+            (void)cudaGetLastError();  // its own error, not sticky: cleared, so that later calls do not report it
             return std::nullopt;
         }
+        if (attributes.type != cudaMemoryTypeDevice || attributes.device != ordinal_) return std::nullopt;
         auto const range = detail::cuda_address_range();
         unsigned long long base = 0;
         std::size_t size = 0;

@@ -37,8 +37,8 @@ public:
     using device_type = Device;
     using request = detail::request_handle<engine, detail::staged_op>;
 
-    /// Over a connected control channel with no messages in flight (the engine uses its tags 1
-    /// and 2); starts the exchange of FIFO handles, which completes in the first operations'
+    /// Over a connected control channel with no messages in flight (the engine uses its tags 1,
+    /// 2 and 3); starts the exchange of FIFO handles, which completes in the first operations'
     /// progress (their timeout bounds it). An rvalue reference, not a value: `control` is
     /// moved from only once every argument was evaluated.
     staged_transport(Control&& control, staged_config config, Device device)

@@ -48,7 +48,7 @@ public:
     using op_ptr = std::shared_ptr<staged_op>;
 
     /// `control` is the control channel, connected; it must have no messages in flight (the
-    /// engine uses its tags 1 and 2). Starts the exchange of FIFO handles with every peer.
+    /// engine uses its tags 1, 2 and 3). Starts the exchange of FIFO handles with every peer.
     staged_engine(Control&& control, staged_config config, Device device)
         : device_(std::move(device)), chunk_(config.chunk), slots_(config.slots), direct_bytes_(config.direct_bytes),
           timeout_(control.timeout()) {
@@ -167,14 +167,30 @@ public:
         throw_if_failed();
         check_device();
         std::uint64_t const round = ++round_;
+        // The buffer the round before exposed (two_shot's second round): its export again, not
+        // a second query that could answer otherwise.
         std::optional<exposed_at> exported;
-        if (!buffer.empty())
+        if (last_export_ && last_export_->round + 1 == round && last_export_->buffer.data() == buffer.data() &&
+            last_export_->buffer.size() == buffer.size())
+            exported = last_export_->at;
+        else if (!buffer.empty())
             failing_on_error([&] {
                 if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
             });
+        if (exported) last_export_ = {round, buffer, *exported};
         bool const ok = buffer.empty() || exported.has_value();
-        publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data()}, exported);
-        return std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; });
+        publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data(), {}}, exported);
+        if (!std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; }))
+            return false;
+        // Every rank's buffer can be read: the peers' allocations are opened now, not as their
+        // records arrive, so that a round whose blocks are not read maps nothing.
+        failing_on_error([&] {
+            for (rank_t r = 0; r < size(); ++r) {
+                direct_record& d = peer_of(r).direct[round & 1];
+                if (r != me_ && d.bytes != 0) d.data = static_cast<std::byte const*>(open_exposure(r, d.at.handle)) + d.at.offset;
+            }
+        });
+        return true;
     }
 
     /// Rank r's block of this rank's latest round, in r's memory (this rank's own: its slot, or
@@ -182,7 +198,10 @@ public:
     std::span<std::byte const> block(rank_t r) const noexcept {
         peer_state const& q = peers_[static_cast<std::size_t>(r)];
         direct_record const& d = q.direct[round_ & 1];
-        if (d.kind == direct_record::in_place) return {d.data, static_cast<std::size_t>(d.bytes)};
+        if (d.kind == direct_record::in_place) {  // not opened (a round that falls back): empty
+            if (d.data == nullptr) return {};
+            return {d.data, static_cast<std::size_t>(d.bytes)};
+        }
         if (d.kind == direct_record::unexported) return {};
         auto const* base = static_cast<std::byte const*>(r == me_ ? fifo_ : q.opened);
         return {direct_slot(base, round_), static_cast<std::size_t>(d.bytes)};
@@ -284,18 +303,19 @@ private:
     static_assert(std::is_trivially_copyable_v<hello>);
     // A peer's direct record of one round (its latest two are kept: a peer may announce round
     // k + 1 while this rank still waits for another's record of round k).
-    struct direct_record {
-        enum kind_t : int { in_slot, in_place, unexported };
-        std::uint64_t round = 0, bytes = 0, agreed = 0;
-        tag_t tag = 0;
-        kind_t kind = in_slot;
-        std::byte const* data = nullptr;  // in_place: the block, mapped into this process
-    };
     // Where a caller's buffer lies for the peers: the handle of the allocation holding it and
     // its offset there (Device::export_range).
     struct exposed_at {
         typename Device::handle handle;
         std::uint64_t offset;
+    };
+    struct direct_record {
+        enum kind_t : int { in_slot, in_place, unexported };
+        std::uint64_t round = 0, bytes = 0, agreed = 0;
+        tag_t tag = 0;
+        kind_t kind = in_slot;
+        std::byte const* data = nullptr;  // in_place: the block, mapped into this process once opened
+        exposed_at at{};                  // in_place, a peer's: where it lies
     };
     // What an exposing rank sends each peer (control tag 3): the round's record, and where its
     // buffer lies unless it could not be exported.
@@ -305,13 +325,18 @@ private:
         exposed_at at;
     };
     static_assert(std::is_trivially_copyable_v<exposure_message>);
-    // A peer's allocation this rank opened for an exposure, kept for the next ones.
+    // A peer's allocation this rank opened for an exposure, kept for the collective's later
+    // rounds (two_shot exposes the same vector twice).
     struct opened_exposure {
         typename Device::handle handle;
         void* base;
-        std::uint64_t last_round;  // the latest round that read it
     };
-    static constexpr std::size_t exposure_cache = 8;  // allocations kept open per peer
+    // This rank's latest export, reused by the next round for the same buffer.
+    struct own_export {
+        std::uint64_t round;
+        std::span<std::byte const> buffer;
+        exposed_at at;
+    };
 
     struct unexpected_message {
         tag_t tag = 0;
@@ -437,11 +462,9 @@ private:
     }
 
     void close_peers() noexcept {
-        for (auto& q : peers_) {
+        for (auto& q : peers_)
             if (q.opened) device_.close_handle(std::exchange(q.opened, nullptr));
-            for (auto& c : q.exposures) device_.close_handle(c.base);
-            q.exposures.clear();
-        }
+        close_exposures();  // those of a collective that failed between its rounds
     }
 
     // The events and staging buffers still held for this peer (at destruction).
@@ -685,13 +708,14 @@ private:
             throw;
         }
         device_.release(*completed);
+        if (own.kind == direct_record::in_slot) close_exposures();  // read, every one (the wait above)
         peer_of(me_).direct[round & 1] = own;
         staged_control const record{staged_control::direct, tag, own.bytes, round, 0, own.agreed};
         failing_on_error([&] {
             for (rank_t r = 0; r < size(); ++r) {
                 if (r == me_) continue;
                 if (own.kind == direct_record::in_slot) send_control(r, record);
-                else send_exposure(r, {record, exported ? 1u : 0u, exported.value_or(exposed_at{})});
+                else send_exposure(r, {record, own.kind == direct_record::in_place ? 1u : 0u, exported.value_or(exposed_at{})});
             }
         });
         auto const missing = [&]() -> rank_t {  // the first rank not heard from (or not opened)
@@ -735,39 +759,38 @@ private:
         q.exposure_in.emplace(control_->irecv(r, exposure_tag, std::as_writable_bytes(std::span(&q.exposure_in_message, 1))));
     }
 
-    // A peer's exposure record: its buffer, mapped here through the allocation's handle (opened
-    // once, kept for its next exposures).
+    // A peer's exposure record: where its buffer lies (opened by expose() once every rank's
+    // record came and every buffer can be read).
     void on_exposure(rank_t from, exposure_message const& m) {
         check_round(from, m.record.offset);
         std::uint64_t const round = m.record.offset;
-        direct_record d{round, m.record.total, m.record.slot, static_cast<tag_t>(m.record.tag), direct_record::in_place, nullptr};
-        if (!m.exported) d.kind = direct_record::unexported;
-        else if (d.bytes != 0) d.data = static_cast<std::byte const*>(open_exposure(from, m.at.handle, round)) + m.at.offset;
-        peer_of(from).direct[round & 1] = d;
+        peer_of(from).direct[round & 1] = {round,   m.record.total, m.record.slot, static_cast<tag_t>(m.record.tag),
+                                           m.exported ? direct_record::in_place : direct_record::unexported,
+                                           nullptr, m.at};
     }
 
-    // The peer's allocation behind `handle`, opened once. A handle names one allocation (CUDA's
-    // differ for two allocations at one address), so a cached entry is the same memory. The
-    // oldest entry not read in this rank's round or the next (the only rounds whose blocks are
-    // still read) is closed when the cache is full.
-    void* open_exposure(rank_t from, typename Device::handle const& handle, std::uint64_t round) {
-        auto& cache = peer_of(from).exposures;
-        for (auto& c : cache) {
-            if (std::memcmp(&c.handle, &handle, sizeof handle) == 0) {
-                c.last_round = std::max(c.last_round, round);
-                return c.base;
-            }
-        }
-        if (cache.size() >= exposure_cache) {
-            auto oldest = std::ranges::min_element(cache, {}, &opened_exposure::last_round);
-            if (oldest->last_round < round_) {
-                device_.close_handle(oldest->base);
-                cache.erase(oldest);
-            }
-        }
+    // The peer's allocation behind `handle`, opened once per collective: a handle names one
+    // allocation (CUDA's differ for two allocations at one address), so an open entry is the
+    // same memory.
+    void* open_exposure(rank_t from, typename Device::handle const& handle) {
+        auto& opened = peer_of(from).exposures;
+        for (auto const& c : opened)
+            if (std::memcmp(&c.handle, &handle, sizeof handle) == 0) return c.base;
         void* base = device_.open_handle(handle);
-        cache.push_back({handle, base, round});
+        opened.push_back({handle, base});
         return base;
+    }
+
+    // Closes every peer allocation opened for exposures. CUDA IPC forbids freeing memory that
+    // a peer still has open, and a caller frees its vector when it likes once the collective
+    // returned: a collective's closing round (a slot round after exposures) closes them after
+    // this rank's reads completed and before its record leaves, and the exposing rank returns
+    // only once every peer's record came.
+    void close_exposures() noexcept {
+        for (auto& q : peers_) {
+            for (auto& c : q.exposures) device_.close_handle(c.base);
+            q.exposures.clear();
+        }
     }
 
     // A peer is at most one round ahead (it needs this rank's record of a round to leave it):
@@ -830,6 +853,7 @@ private:
     hello own_hello_{};
     std::vector<hello> handles_;  // the peers', as they arrive
     std::uint64_t round_ = 0;     // of direct exchanges
+    std::optional<own_export> last_export_;
     std::vector<peer_state> peers_;
     std::uint64_t sequence_ = 0;
     std::exception_ptr failure_;

@@ -43,11 +43,13 @@
 //
 // Exposures (two_shot; transport/concepts.hpp, exposing_transport), where the device exports a
 // caller's memory: a round whose block is the caller's buffer itself. Its record goes on control
-// tag 3 with the handle of the allocation holding the buffer and the offset in it; a peer opens
-// each allocation once and keeps it open for later rounds (a few per peer, the oldest closed
-// first). The round waits for this rank's earlier work before the record leaves, as a slot's
-// round waits for its copy; a rank whose memory cannot be exported says so in its record, and
-// the round's blocks are then empty on every rank.
+// tag 3 with the handle of the allocation holding the buffer and the offset in it. Once every
+// rank's record came, each rank opens its peers' allocations, and the collective's closing slot
+// round closes them after its reads completed, before its record leaves (CUDA IPC forbids
+// freeing memory a peer has open; the caller may free its buffer once the collective returned).
+// The round waits for this rank's earlier work before the record leaves, as a slot's round
+// waits for its copy; a rank whose memory cannot be exported says so in its record, and the
+// round's blocks are then empty on every rank, nothing opened.
 //
 // Set-up: the handles travel with each rank's layout (chunk, slots, direct_bytes); a rank whose
 // layout differs would copy into the wrong place of its peers' memory, so every rank refuses
