@@ -239,10 +239,8 @@ inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
 template <class T, class Transport>
 choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_bytes, choice otherwise) {
     if constexpr (direct_transport<Transport>) {
-        bool aligned = true;
-        if constexpr (!std::is_void_v<T>) aligned = alignof(T) <= direct_alignment;
         std::size_t const slot = tp.direct_bytes();
-        if (aligned && slot != 0 && block_bytes <= slot && unit_bytes <= slot)
+        if (direct_aligned<T>() && slot != 0 && block_bytes <= slot && unit_bytes <= slot)
             return {one_shot::name, "ranks read each other's memory: one round"};
     }
     return otherwise;
@@ -255,9 +253,7 @@ choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_by
 template <class T, class Transport>
 choice prefer_exposed(Transport& tp, std::size_t bytes, choice otherwise) {
     if constexpr (exposing_transport<Transport>) {
-        bool aligned = true;
-        if constexpr (!std::is_void_v<T>) aligned = alignof(T) <= direct_alignment;
-        if (aligned && tp.size() > 1 && bytes > 0) return {two_shot::name, "ranks read each other's buffers in place: three rounds"};
+        if (direct_aligned<T>() && tp.size() > 1 && bytes > 0) return {two_shot::name, "ranks read each other's buffers in place: three rounds"};
     }
     return otherwise;
 }

@@ -71,6 +71,15 @@ concept transport = requires(T& t, T const& ct, rank_t peer, tag_t tag,
 /// Blocks of a direct exchange start at addresses aligned to this (direct_transport).
 inline constexpr std::size_t direct_alignment = 32;
 
+namespace detail {
+/// Whether blocks of `T` sit aligned in a direct exchange (void: a collective without data).
+template <class T>
+constexpr bool direct_aligned() noexcept {
+    if constexpr (std::is_void_v<T>) return true;
+    else return alignof(T) <= direct_alignment;
+}
+} // namespace detail
+
 /// A transport whose ranks read each other's memory where it lies (one host's shared memory;
 /// one node's GPUs through CUDA IPC): the one_shot collectives run over it in a single round
 /// of `exchange` (docs/concepts.md#direct_transport).

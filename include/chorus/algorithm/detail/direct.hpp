@@ -30,13 +30,6 @@
 
 namespace chorus::detail {
 
-/// Whether blocks of `T` sit aligned in a direct exchange (void: a collective without data).
-template <class T>
-constexpr bool direct_aligned() noexcept {
-    if constexpr (std::is_void_v<T>) return true;
-    else return alignof(T) <= direct_alignment;
-}
-
 // one_shot combines in rank order (any op) over a direct_transport only.
 template <collective_kind K, class T, class Op>
 inline constexpr bool schedule_applies<K, one_shot, T, Op> = direct_aligned<T>();
