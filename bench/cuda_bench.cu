@@ -240,6 +240,9 @@ int main(int argc, char** argv) {
             for (std::size_t bytes = begin; bytes <= end; bytes *= factor) {
                 std::size_t const count = bytes / sizeof(float);
                 int const iters = iterations(bytes);
+                // Above one_shot's slot the automatic rows are zero_copy already (broadcast,
+                // allgather, reduce_scatter, alltoall): named rows only below it.
+                bool const below_auto_zero_copy = bytes <= tp.direct_bytes();
                 auto reset_wrong = [&] { cuda_ok(cudaMemset(wrong, 0, sizeof *wrong), "cudaMemset"); };
                 if (op == "allreduce") {
                     float* d = nullptr;
@@ -288,6 +291,7 @@ int main(int argc, char** argv) {
                         run.template operator()<chorus::ring>("ring");
                         run.template operator()<chorus::bruck>("bruck");
                         if (bytes <= (std::size_t{64} << 20)) run.template operator()<chorus::one_shot>("one_shot");
+                        if (below_auto_zero_copy) run.template operator()<chorus::zero_copy>("zero_copy");
                     }
                     cudaFree(in);
                     cudaFree(out);
@@ -311,6 +315,7 @@ int main(int argc, char** argv) {
                         run.template operator()<chorus::tree>("tree");
                         run.template operator()<chorus::scatter_allgather>("scatter_allgather");
                         if (bytes <= (std::size_t{64} << 20)) run.template operator()<chorus::one_shot>("one_shot");
+                        if (below_auto_zero_copy) run.template operator()<chorus::zero_copy>("zero_copy");
                     }
                     cudaFree(d);
                 } else if (op == "reduce_scatter" || op == "alltoall") {
@@ -351,6 +356,7 @@ int main(int argc, char** argv) {
                             reduce_scatter.template operator()<chorus::ring>("ring");
                             reduce_scatter.template operator()<chorus::tree>("tree");
                             if (small) reduce_scatter.template operator()<chorus::one_shot>("one_shot");
+                            if (below_auto_zero_copy) reduce_scatter.template operator()<chorus::zero_copy>("zero_copy");
                         }
                     } else {
                         alltoall.template operator()<chorus::automatic>("auto");
@@ -358,6 +364,7 @@ int main(int argc, char** argv) {
                             alltoall.template operator()<chorus::pairwise>("pairwise");
                             alltoall.template operator()<chorus::bruck>("bruck");
                             if (small) alltoall.template operator()<chorus::one_shot>("one_shot");
+                            if (below_auto_zero_copy) alltoall.template operator()<chorus::zero_copy>("zero_copy");
                         }
                     }
                     cudaFree(in);

@@ -47,6 +47,10 @@
 #include <chorus/algorithm/tree_reduce.hpp>
 #include <chorus/algorithm/tree_reduce_scatter.hpp>
 #include <chorus/algorithm/tree_reduce_scatterv.hpp>
+#include <chorus/algorithm/zero_copy_allgather.hpp>
+#include <chorus/algorithm/zero_copy_alltoall.hpp>
+#include <chorus/algorithm/zero_copy_broadcast.hpp>
+#include <chorus/algorithm/zero_copy_reduce_scatter.hpp>
 #include <chorus/detail/dispatch.hpp>
 #include <chorus/detail/select.hpp>
 #include <chorus/detail/tags.hpp>
@@ -62,15 +66,15 @@ namespace detail {
 
 // Each collective's algorithms, the one list per collective.
 using barrier_algorithms = algorithms<collective_kind::barrier, dissemination, one_shot>;
-using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather, hierarchical, one_shot>;
+using broadcast_algorithms = algorithms<collective_kind::broadcast, tree, linear, scatter_allgather, hierarchical, one_shot, zero_copy>;
 using scatter_algorithms = algorithms<collective_kind::scatter, linear>;
 using gather_algorithms = algorithms<collective_kind::gather, linear>;
-using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck, hierarchical, one_shot>;
+using allgather_algorithms = algorithms<collective_kind::allgather, ring, bruck, hierarchical, one_shot, zero_copy>;
 using reduce_algorithms = algorithms<collective_kind::reduce, tree>;
 using allreduce_algorithms =
     algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical, one_shot, two_shot>;
-using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree, one_shot>;
-using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck, one_shot>;
+using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree, one_shot, zero_copy>;
+using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck, one_shot, zero_copy>;
 using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
 using gatherv_algorithms = algorithms<collective_kind::gatherv, linear>;
 using scatterv_algorithms = algorithms<collective_kind::scatterv, linear>;
@@ -124,13 +128,20 @@ void barrier(Transport& tp) {
 }
 
 /// Copies `data` from `root` to every rank, in place. Algorithms: tree (binomial), linear,
-/// scatter_allgather (van de Geijn); automatic picks tree up to 4 ranks and for small
-/// vectors, scatter_allgather for large ones from 5 ranks on (detail/select.hpp).
+/// scatter_allgather (van de Geijn), hierarchical (node_transport), one_shot
+/// (direct_transport), zero_copy (exposing_transport); automatic picks tree up to 4 ranks and
+/// for small vectors, scatter_allgather for large ones from 5 ranks on, one_shot or zero_copy
+/// over the transports that have them (detail/select.hpp).
 template <class Algo = automatic, transport Transport, writable_message_range R>
 void broadcast(Transport& tp, R&& data, rank_t root) {
+    using T = detail::element_t<R>;
     auto s = detail::to_span(data);
-    detail::run_collective<Algo, detail::broadcast_algorithms, detail::element_t<R>, void>(
-        tp, s.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<R>>(tp, s.size_bytes(), sizeof(detail::element_t<R>), detail::choose_broadcast_over(tp, s.size_bytes())); },
+    detail::run_collective<Algo, detail::broadcast_algorithms, T, void>(
+        tp, s.size_bytes(),
+        [&] {
+            auto const bytes = s.size_bytes();
+            return detail::prefer_direct<T>(tp, bytes, sizeof(T), detail::prefer_exposed<zero_copy, T>(tp, bytes, detail::choose_broadcast_over(tp, bytes)));
+        },
         s, root);
 }
 
@@ -154,16 +165,23 @@ void gather(Transport& tp, S const& send, R&& recv, rank_t root) {
 }
 
 /// Every rank receives every rank's `send` into `recv`, in rank order. Algorithms: ring,
-/// bruck; automatic picks bruck when the gathered size is small, ring otherwise.
+/// bruck, hierarchical (node_transport), one_shot (direct_transport), zero_copy
+/// (exposing_transport); automatic picks bruck when the gathered size is small, ring
+/// otherwise, one_shot or zero_copy over the transports that have them.
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void allgather(Transport& tp, S const& send, R&& recv) {
+    using T = detail::element_t<S>;
     auto in = detail::to_const_span(send);
     auto out = detail::to_span(recv);
     // By the gathered size, p times the block: what Bruck's log p messages carry.
     std::size_t const gathered = in.size_bytes() * static_cast<std::size_t>(tp.size());
-    detail::run_collective<Algo, detail::allgather_algorithms, detail::element_t<S>, void>(
-        tp, gathered, [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), sizeof(detail::element_t<S>), detail::choose_allgather_over(tp, gathered)); },
+    detail::run_collective<Algo, detail::allgather_algorithms, T, void>(
+        tp, gathered,
+        [&] {
+            return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T),
+                                            detail::prefer_exposed<zero_copy, T>(tp, in.size_bytes(), detail::choose_allgather_over(tp, gathered)));
+        },
         in, out);
 }
 
@@ -197,14 +215,16 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
             [&] {
                 auto const bytes = s.size_bytes();
                 return detail::prefer_direct<T>(
-                    tp, bytes, sizeof(T), detail::prefer_exposed<T>(tp, bytes, detail::choose_allreduce_over(tp, bytes, is_commutative_v<Op, T>)));
+                    tp, bytes, sizeof(T), detail::prefer_exposed<two_shot, T>(tp, bytes, detail::choose_allreduce_over(tp, bytes, is_commutative_v<Op, T>)));
             },
             s, op);
     }
 }
 
 /// Reduces every rank's `send` (p blocks of recv.size() elements) with `op`; rank r receives
-/// the reduction of block r. Algorithms: ring (commutative ops), tree (any op).
+/// the reduction of block r. Algorithms: ring (commutative ops), tree (any op), one_shot
+/// (direct_transport), zero_copy (exposing_transport); automatic picks one_shot or zero_copy
+/// over the transports that have them, else by whether `op` is commutative.
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R, class Op = sum>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>> && (!count_range<Op>)
 void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
@@ -214,20 +234,31 @@ void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
         auto out = detail::to_span(recv);
         detail::run_collective<Algo, detail::reduce_scatter_algorithms, T, Op>(
             tp, in.size_bytes(),
-            [&] { return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()), detail::reduce_scatter_choice<Op, T>()); }, in, out, op);
+            [&] {
+                return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()),
+                                                detail::prefer_exposed<zero_copy, T>(tp, in.size_bytes(), detail::reduce_scatter_choice<Op, T>()));
+            },
+            in, out, op);
     }
 }
 
 /// Block j of rank i's `send` lands in block i of rank j's `recv` (a distributed transpose).
-/// Algorithms: pairwise, bruck (log p rounds, for many ranks and tiny blocks).
+/// Algorithms: pairwise, bruck (log p rounds, for many ranks and tiny blocks), one_shot
+/// (direct_transport), zero_copy (exposing_transport); automatic picks one_shot or zero_copy
+/// over the transports that have them.
 template <class Algo = automatic, transport Transport, message_range S, writable_message_range R>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoall(Transport& tp, S const& send, R&& recv) {
+    using T = detail::element_t<S>;
     auto in = detail::to_const_span(send);
     auto out = detail::to_span(recv);
     std::size_t const block_bytes = in.size_bytes() / static_cast<std::size_t>(tp.size());
-    detail::run_collective<Algo, detail::alltoall_algorithms, detail::element_t<S>, void>(
-        tp, in.size_bytes(), [&] { return detail::prefer_direct<detail::element_t<S>>(tp, in.size_bytes(), sizeof(detail::element_t<S>) * static_cast<std::size_t>(tp.size()), detail::choose_alltoall(tp.size(), block_bytes)); },
+    detail::run_collective<Algo, detail::alltoall_algorithms, T, void>(
+        tp, in.size_bytes(),
+        [&] {
+            return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()),
+                                            detail::prefer_exposed<zero_copy, T>(tp, in.size_bytes(), detail::choose_alltoall(tp.size(), block_bytes)));
+        },
         in, out);
 }
 

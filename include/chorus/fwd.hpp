@@ -70,6 +70,9 @@ struct one_shot {  ///< one round: every rank reads the blocks it needs from its
 struct two_shot {  ///< reduce-scatter then allgather, each one round reading the peers' buffers in place (exposing_transport)
     static constexpr std::string_view name{"two_shot"};
 };
+struct zero_copy {  ///< one round reading the peers' buffers where they lie, no staging copy (exposing_transport)
+    static constexpr std::string_view name{"zero_copy"};
+};
 struct hierarchical {  ///< inside each node, then across the nodes (node_transport), then inside again
     static constexpr std::string_view name{"hierarchical"};
 };

@@ -228,6 +228,7 @@ void reductions(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_
         run_reduce_scatter.template operator()<chorus::ring>("ring");
         run_reduce_scatter.template operator()<chorus::tree>("tree");
         run_reduce_scatter.template operator()<chorus::one_shot>("one_shot");
+        run_reduce_scatter.template operator()<chorus::zero_copy>("zero_copy");
     }
 }
 
@@ -254,6 +255,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
             run_broadcast.template operator()<chorus::linear>("linear");
             run_broadcast.template operator()<chorus::scatter_allgather>("scatter_allgather");
             run_broadcast.template operator()<chorus::one_shot>("one_shot");
+            run_broadcast.template operator()<chorus::zero_copy>("zero_copy");
 
             // scatter: block r of the root's p*n elements; gather: the reverse.
             device_array<T> all(me == root ? mine(P * n) : std::vector<T>(P * n)), block(n);
@@ -275,6 +277,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
         run_allgather.template operator()<chorus::ring>("ring");
         run_allgather.template operator()<chorus::bruck>("bruck");
         run_allgather.template operator()<chorus::one_shot>("one_shot");
+        run_allgather.template operator()<chorus::zero_copy>("zero_copy");
 
         // alltoall: my block j goes to rank j; block i of the result came from rank i.
         auto const transposed = [&](std::size_t i) { return v(static_cast<rank_t>(i / n), M * n + i % n); };
@@ -286,6 +289,7 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
         run_alltoall.template operator()<chorus::pairwise>("pairwise");
         run_alltoall.template operator()<chorus::bruck>("bruck");
         run_alltoall.template operator()<chorus::one_shot>("one_shot");
+        run_alltoall.template operator()<chorus::zero_copy>("zero_copy");
 
         // alltoallv: rank r sends (r + j + n) % 3 elements to rank j.
         auto const count = [&](std::size_t from, std::size_t to) { return (from + to + n) % 3; };
@@ -400,6 +404,18 @@ int matrix() {
             std::vector<float> got(n);
             check_cuda(cudaMemcpy(got.data(), inner.data(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
             t.compare("allreduce auto (two_shot) float sum 24 MiB at an offset, call " + std::to_string(k), got, want, 1e-6);
+        }
+        // zero_copy, the automatic broadcast at this size: the last rank's vector read where it
+        // lies, at the same offset (its allocation opened by every other rank, then closed).
+        {
+            auto const rooted = contribution<float, chorus::sum>(p - 1, n);
+            auto const& start = tp.rank() == p - 1 ? rooted : values;
+            check_cuda(cudaMemcpy(inner.data(), start.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+            chorus::broadcast(tp, inner, p - 1);
+            std::vector<float> got(n);
+            check_cuda(cudaMemcpy(got.data(), inner.data(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+            t.compare("broadcast auto (zero_copy) float 24 MiB at an offset, root " + std::to_string(p - 1), got,
+                      [&](std::size_t i) { return static_cast<double>(rooted[i]); }, 0);
         }
         float* pooled = nullptr;
         if (tp.rank() == 0) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&pooled), n * sizeof(float), nullptr), "cudaMallocAsync");
@@ -577,7 +593,7 @@ int streams() {
 }
 
 // A rank killed in the middle of collectives: 3 ranks loop over a one_shot allreduce (1 KiB),
-// a ring and a two_shot allreduce (4 MiB) on device buffers; rank 2 SIGKILLs itself 300 ms in. The others
+// a ring and a two_shot allreduce and a zero_copy broadcast (4 MiB) on device buffers; rank 2 SIGKILLs itself 300 ms in. The others
 // must throw a chorus error naming rank 2 — no kernel or wait left spinning — and say when
 // ("survived"); tests/gpu/run.sh checks both lines, then starts new groups on the same GPU.
 int killed() {
@@ -602,6 +618,7 @@ int killed() {
             chorus::allreduce(tp, small.span(), chorus::maximum{});  // one_shot: 1 KiB fits a round
             chorus::allreduce<chorus::ring>(tp, big.span(), chorus::maximum{});
             chorus::allreduce<chorus::two_shot>(tp, big.span(), chorus::maximum{});
+            chorus::broadcast<chorus::zero_copy>(tp, big.span(), 0);
         }
     } catch (chorus::error const& e) {
         auto const ms = std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - start).count();

@@ -216,6 +216,105 @@ TEST_CASE("staged protocol (host model): two_shot reads every rank's vector wher
     CHECK(testing_support::host_model_device::open_handles.load() == open_before);
 }
 
+TEST_CASE("staged protocol (host model): zero_copy broadcast, allgather, reduce_scatter and alltoall read the buffers where they lie: no device copy, every opening closed before returning") {
+    // Blocks of sizes that do not divide by anything in particular, many buffers alive at once
+    // (distinct memory), every root; the counters say that nothing was staged, each exposing
+    // rank exported once and each reader opened each peer it read once.
+    long const open_before = testing_support::host_model_device::open_handles.load();
+    for (rank_t p : {2, 3, 5}) {
+        CAPTURE(p);
+        staged_runner::run(p, [&](staged_model& tp) {
+            auto const me = tp.rank();
+            auto const up = static_cast<std::size_t>(p);
+            chorus::barrier(tp);  // every peer's FIFO open: what stays open between collectives
+            long const fifos = tp.device().open_here;
+            auto& device = tp.device();
+            // Runs one collective and checks the counters: `exported` buffers of this rank,
+            // `opened` peers' allocations.
+            auto const counted = [&](char const* what, long exported, long opened, auto&& collective) {
+                CAPTURE(what);
+                long const copies = device.copies, exports = device.exports, opens = device.opens;
+                collective();
+                CHECK(device.copies == copies);
+                CHECK(device.exports == exports + exported);
+                CHECK(device.opens == opens + opened);
+                CHECK(device.open_here == fifos);
+            };
+            auto const value = [](rank_t r, std::size_t i) { return static_cast<int>(r) * 100000 + static_cast<int>(i % 9973); };
+            for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{4099}}) {
+                CAPTURE(n);
+                std::vector<std::vector<int>> kept;  // alive together: distinct memory
+                for (rank_t root = 0; root < p; ++root) {
+                    auto& v = kept.emplace_back(n, -1);
+                    if (me == root)
+                        for (std::size_t i = 0; i < n; ++i) v[i] = value(root, i);
+                    counted("broadcast", me == root ? 1 : 0, me == root ? 0 : 1, [&] { chorus::broadcast<chorus::zero_copy>(tp, v, root); });
+                    for (std::size_t i = 0; i < n; ++i) REQUIRE(v[i] == value(root, i));
+                }
+                auto& mine = kept.emplace_back(n);
+                for (std::size_t i = 0; i < n; ++i) mine[i] = value(me, i);
+                auto& all = kept.emplace_back(up * n, -1);
+                counted("allgather", 1, p - 1, [&] { chorus::allgather<chorus::zero_copy>(tp, mine, all); });
+                for (std::size_t x = 0; x < all.size(); ++x) REQUIRE(all[x] == value(static_cast<rank_t>(x / n), x % n));
+                auto& send = kept.emplace_back(up * n);  // block j for rank j
+                for (std::size_t x = 0; x < send.size(); ++x) send[x] = value(me, x) + static_cast<int>(x / n);
+                auto& transposed = kept.emplace_back(up * n, -1);
+                counted("alltoall", 1, p - 1, [&] { chorus::alltoall<chorus::zero_copy>(tp, send, transposed); });
+                for (std::size_t x = 0; x < transposed.size(); ++x)
+                    REQUIRE(transposed[x] == value(static_cast<rank_t>(x / n), static_cast<std::size_t>(me) * n + x % n) + me);
+                auto& reduced = kept.emplace_back(n, -1);
+                counted("reduce_scatter", 1, p - 1, [&] { chorus::reduce_scatter<chorus::zero_copy>(tp, send, reduced); });
+                for (std::size_t i = 0; i < n; ++i) {
+                    long long want = 0;
+                    for (rank_t r = 0; r < p; ++r) want += value(r, static_cast<std::size_t>(me) * n + i) + me;
+                    REQUIRE(reduced[i] == want);
+                }
+            }
+            // The automatic choice takes them above one_shot's slot (1 KiB in these tests).
+            std::vector<float> large(5000, static_cast<float>(me)), gathered(5000 * up), out(5000 * up), part(5000 / up);
+            counted("automatic broadcast", me == 0 ? 1 : 0, me == 0 ? 0 : 1, [&] { chorus::broadcast(tp, large, 0); });
+            counted("automatic allgather", 1, p - 1, [&] { chorus::allgather(tp, large, gathered); });
+            counted("automatic alltoall", 1, p - 1, [&] { chorus::alltoall(tp, gathered, out); });
+            std::vector<float> const whole(part.size() * up, 1.0f);
+            counted("automatic reduce_scatter", 1, p - 1, [&] { chorus::reduce_scatter(tp, whole, part); });
+            for (float x : gathered) REQUIRE(x == 0.0f);
+            for (float x : out) REQUIRE(x == 0.0f);
+            for (float x : part) REQUIRE(x == static_cast<float>(p));
+        }, 60s);
+    }
+    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
+}
+
+TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules of messages where a rank's memory cannot be exported, on every rank alike") {
+    // Rank 1 refuses: broadcast from it falls back, from another root it is not read (only the
+    // root exposes its vector); the others fall back whoever refuses.
+    staged_runner::run(3, [&](staged_model& tp) {
+        tp.device().refuse_export = tp.rank() == 1;
+        chorus::barrier(tp);
+        auto& device = tp.device();
+        long const opened = device.open_here;
+        auto const me = tp.rank();
+        for (rank_t root : {0, 1}) {
+            std::vector<double> v(777, me == root ? 2.5 : 0.0);
+            long const copies = device.copies;
+            chorus::broadcast<chorus::zero_copy>(tp, v, root);
+            CHECK((device.copies > copies) == (root == 1));  // the tree's chunks only where it fell back
+            for (double x : v) REQUIRE(x == 2.5);
+        }
+        std::vector<long long> mine(301, me + 1), all(903), t(903);
+        long const copies = device.copies;
+        chorus::allgather<chorus::zero_copy>(tp, mine, all);
+        for (std::size_t x = 0; x < all.size(); ++x) REQUIRE(all[x] == static_cast<long long>(x / 301 + 1));
+        chorus::alltoall<chorus::zero_copy>(tp, all, t);
+        for (std::size_t x = 0; x < t.size(); ++x) REQUIRE(t[x] == me + 1);
+        std::vector<long long> rs(301);
+        chorus::reduce_scatter<chorus::zero_copy>(tp, all, rs);
+        for (long long x : rs) REQUIRE(x == 3 * (me + 1));
+        CHECK(device.copies > copies);
+        CHECK(device.open_here == opened);  // nothing opened for a round that fell back
+    }, 20s);
+}
+
 TEST_CASE("staged protocol (host model): two_shot falls back to the ring where a rank's memory cannot be exported, on every rank alike") {
     for (rank_t refusing : {0, 2}) {
         CAPTURE(refusing);
@@ -242,6 +341,13 @@ TEST_CASE("staged protocol (host model): ranks that run different algorithms of 
         else chorus::allreduce<chorus::one_shot>(tp, v);
     });
     for (auto const& e : errors) CHECK_MESSAGE(e.find("different algorithms") != std::string::npos, e);
+    // The same for zero_copy against one_shot, here with the reader's role (rank 2 exposes).
+    auto const gathered = errors_of(3, [](rank_t) { return chorus::staged_config{256, 3, 1024}; }, [](staged_model& tp) {
+        std::vector<int> mine(8, tp.rank()), all(24);
+        if (tp.rank() == 2) chorus::allgather<chorus::zero_copy>(tp, mine, all);
+        else chorus::allgather<chorus::one_shot>(tp, mine, all);
+    });
+    for (auto const& e : gathered) CHECK_MESSAGE(e.find("different algorithms") != std::string::npos, e);
 }
 
 TEST_CASE("staged protocol (host model): ranks that call a collective differently fail alike, on either side of the one_shot limit") {

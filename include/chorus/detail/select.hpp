@@ -247,13 +247,16 @@ choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_by
 }
 
 // Over a transport whose ranks read each other's buffers where they lie (exposing_transport),
-// an allreduce too large for one_shot's slot runs two_shot (algorithm/two_shot_allreduce.hpp):
-// three rounds, each byte read once, where the message schedules copy every chunk twice behind
-// a host round trip. Chosen wherever one_shot is not (prefer_direct decides first).
-template <class T, class Transport>
+// a collective too large for one_shot's slot runs `Algo`: two_shot for an allreduce
+// (algorithm/two_shot_allreduce.hpp), zero_copy for broadcast, allgather, reduce_scatter and
+// alltoall (algorithm/zero_copy_*.hpp): a few rounds, each byte read once from where it lies,
+// where the message schedules copy every chunk twice (into the receiver's FIFO, then into
+// place) behind a host round trip. Chosen wherever one_shot is not (prefer_direct decides
+// first). `bytes` must be the same on every rank: the ranks must choose alike.
+template <class Algo, class T, class Transport>
 choice prefer_exposed(Transport& tp, std::size_t bytes, choice otherwise) {
     if constexpr (exposing_transport<Transport>) {
-        if (direct_aligned<T>() && tp.size() > 1 && bytes > 0) return {two_shot::name, "ranks read each other's buffers in place: three rounds"};
+        if (direct_aligned<T>() && tp.size() > 1 && bytes > 0) return {Algo::name, "ranks read each other's buffers where they lie"};
     }
     return otherwise;
 }

@@ -35,6 +35,11 @@ template <collective_kind K, class T, class Op>
 inline constexpr bool schedule_applies<K, one_shot, T, Op> = direct_aligned<T>();
 template <class Transport>
 inline constexpr bool schedule_serves<one_shot, Transport> = direct_transport<Transport>;
+// zero_copy reads the caller's buffers where they lie, over an exposing_transport only.
+template <collective_kind K, class T, class Op>
+inline constexpr bool schedule_applies<K, zero_copy, T, Op> = direct_aligned<T>();
+template <class Transport>
+inline constexpr bool schedule_serves<zero_copy, Transport> = exposing_transport<Transport>;
 
 // kind (8 bits) | root + 1 (16 bits) | bytes (40 bits).
 constexpr std::uint64_t direct_shape(collective_kind kind, std::size_t bytes, rank_t root) noexcept {
