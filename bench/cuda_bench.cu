@@ -260,6 +260,11 @@ int main(int argc, char** argv) {
                         run.template operator()<chorus::ring>("ring");
                         run.template operator()<chorus::rabenseifner>("rabenseifner");
                         run.template operator()<chorus::two_shot>("two_shot");
+                        {  // the vector registered (chorus/registration.hpp): no export or open per call
+                            auto const reg = chorus::register_buffer(tp, std::span(d, count));
+                            run.template operator()<chorus::two_shot>(reg.kept() ? "two_shot_registered" : "two_shot_unregistered");
+                            chorus::deregister_buffer(tp, reg);
+                        }
                         if (bytes <= (std::size_t{64} << 20)) {
                             run.template operator()<chorus::recursive_doubling>("recursive_doubling");
                             run.template operator()<chorus::tree>("tree");

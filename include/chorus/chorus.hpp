@@ -16,6 +16,7 @@
 #include <chorus/nonblocking.hpp>
 #include <chorus/point_to_point.hpp>
 #include <chorus/reduce/ops.hpp>
+#include <chorus/registration.hpp>
 #include <chorus/topology/binary_tree.hpp>
 #include <chorus/topology/binomial_tree.hpp>
 #include <chorus/topology/hypercube.hpp>

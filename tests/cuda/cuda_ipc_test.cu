@@ -417,6 +417,29 @@ int matrix() {
             t.compare("broadcast auto (zero_copy) float 24 MiB at an offset, root " + std::to_string(p - 1), got,
                       [&](std::size_t i) { return static_cast<double>(rooted[i]); }, 0);
         }
+        // The same allocation registered: its IPC handle exported and opened once by each peer for
+        // the calls below (two_shot on the vector at its offset, zero_copy allgather of a part),
+        // closed by deregister_buffer, after which the allocation is freed as usual.
+        {
+            auto const reg = chorus::register_buffer(tp, big.span());
+            if (!reg.kept()) {
+                ++t.failed;
+                t.first = "register_buffer of a cudaMalloc allocation kept nothing";
+            }
+            ++t.checks;
+            device_array<float> gathered(inner.size() / 8 * static_cast<std::size_t>(p));
+            for (int k = 0; k < 3; ++k) {
+                check_cuda(cudaMemcpy(inner.data(), values.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+                chorus::allreduce(tp, inner, chorus::sum{});
+                std::vector<float> got(n);
+                check_cuda(cudaMemcpy(got.data(), inner.data(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+                t.compare("allreduce auto (two_shot) float sum 24 MiB, registered, call " + std::to_string(k), got, want, 1e-6);
+                chorus::allgather<chorus::zero_copy>(tp, inner.subspan(0, n / 8), gathered.span());
+                t.compare("allgather<zero_copy> float 3 MiB blocks, registered, call " + std::to_string(k), gathered.get(),
+                          [&](std::size_t i) { return expected<float, chorus::sum>(p, i % (n / 8)); }, 1e-6);
+            }
+            chorus::deregister_buffer(tp, reg);
+        }
         float* pooled = nullptr;
         if (tp.rank() == 0) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&pooled), n * sizeof(float), nullptr), "cudaMallocAsync");
         else check_cuda(cudaMalloc(reinterpret_cast<void**>(&pooled), n * sizeof(float)), "cudaMalloc");
@@ -461,6 +484,7 @@ int generic() {
     static_assert(std::is_same_v<chorus::tcp_transport::memory_space, chorus::host_memory>);
     static_assert(std::is_same_v<chorus::cuda_ipc_transport::memory_space, chorus::cuda_device_memory>);
     static_assert(chorus::exposing_transport<chorus::cuda_ipc_transport>);
+    static_assert(chorus::registering_transport<chorus::cuda_ipc_transport>);
     // The ring's segments follow the transport: 4 MiB messages on the device, 1 MiB over TCP,
     // 256 KiB by default (the loopback transport declares none).
     static_assert(chorus::detail::ring_segment_elements<chorus::cuda_ipc_transport, float>() == (std::size_t{1} << 20));

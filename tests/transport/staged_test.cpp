@@ -315,6 +315,93 @@ TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules o
     }, 20s);
 }
 
+TEST_CASE("staged protocol (host model): a registered buffer is exported and opened once for all the collectives on it, and closed when deregistered") {
+    static_assert(chorus::registering_transport<staged_model>);
+    long const open_before = testing_support::host_model_device::open_handles.load();
+    for (rank_t p : {2, 3, 5}) {
+        CAPTURE(p);
+        staged_runner::run(p, [&](staged_model& tp) {
+            auto const me = tp.rank();
+            auto const up = static_cast<std::size_t>(p);
+            auto& device = tp.device();
+            chorus::barrier(tp);
+            long const fifos = device.open_here;
+            // One registered buffer holds a vector (at an offset) and a block to gather.
+            std::size_t const n = 10001, block = 3001;
+            std::vector<double> arena(5 + n + block);
+            std::span<double> const vec = std::span(arena).subspan(5, n), part = std::span(arena).subspan(5 + n, block);
+            long exports = device.exports, opens = device.opens;
+            auto const reg = chorus::register_buffer(tp, arena);
+            CHECK(reg.kept());
+            CHECK(device.exports == exports + 1);
+            CHECK(device.opens == opens + p - 1);
+            CHECK(device.open_here == fifos + p - 1);
+            std::vector<double> gathered(block * up), loose(n);
+            for (int k = 0; k < 4; ++k) {
+                CAPTURE(k);
+                for (std::size_t i = 0; i < n; ++i) vec[i] = loose[i] = me + k + static_cast<double>(i % 13);
+                for (std::size_t i = 0; i < block; ++i) part[i] = me * 1000.0 + static_cast<double>(i) + k;
+                exports = device.exports, opens = device.opens;
+                long const copies = device.copies;
+                chorus::allreduce<chorus::two_shot>(tp, vec);
+                chorus::allgather<chorus::zero_copy>(tp, part, gathered);
+                chorus::broadcast<chorus::zero_copy>(tp, part, p - 1);
+                CHECK(device.exports == exports);  // by the registration: no query,
+                CHECK(device.opens == opens);      // no open,
+                CHECK(device.copies == copies);    // no staging
+                CHECK(device.open_here == fifos + p - 1);
+                // A buffer outside it: exported and opened for the call, closed before it returned.
+                chorus::allreduce<chorus::two_shot>(tp, loose);
+                CHECK(device.exports == exports + 1);
+                CHECK(device.opens == opens + p - 1);
+                CHECK(device.open_here == fifos + p - 1);
+                double const sum = p * (p - 1) / 2.0;
+                for (std::size_t i = 0; i < n; ++i) {
+                    REQUIRE(vec[i] == sum + p * (k + static_cast<double>(i % 13)));
+                    REQUIRE(loose[i] == vec[i]);
+                }
+                for (std::size_t x = 0; x < gathered.size(); ++x)
+                    REQUIRE(gathered[x] == static_cast<double>(x / block) * 1000.0 + static_cast<double>(x % block) + k);
+                for (std::size_t i = 0; i < block; ++i) REQUIRE(part[i] == (p - 1) * 1000.0 + static_cast<double>(i) + k);
+            }
+            chorus::deregister_buffer(tp, reg);
+            CHECK(device.open_here == fifos);  // every rank may free its buffer now
+            exports = device.exports;
+            chorus::allreduce<chorus::two_shot>(tp, vec);
+            CHECK(device.exports == exports + 1);  // exported per call again
+            // A registration a rank cannot export keeps nothing, on every rank; the collectives
+            // then run as without it (the ring here).
+            device.refuse_export = me == p - 1;
+            auto const refused = chorus::register_buffer(tp, loose);
+            CHECK_FALSE(refused.kept());
+            CHECK(device.open_here == fifos);
+            std::ranges::fill(loose, 1.0);
+            chorus::allreduce<chorus::two_shot>(tp, loose);
+            for (double x : loose) REQUIRE(x == p);
+            chorus::deregister_buffer(tp, refused);
+            device.refuse_export = false;
+            // One left registered: the transport's end closes it (checked below).
+            auto const left = chorus::register_buffer(tp, gathered);
+            CHECK(left.kept());
+            CHECK(device.open_here == fifos + p - 1);
+        }, 60s);
+    }
+    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
+}
+
+TEST_CASE("staged protocol (host model): ranks that deregister different registrations fail alike, naming them") {
+    auto const errors = errors_of(3, [](rank_t) { return chorus::staged_config{256, 3, 1024}; }, [](staged_model& tp) {
+        std::vector<int> a(100), b(200);
+        auto const first = chorus::register_buffer(tp, a);
+        auto const second = chorus::register_buffer(tp, b);
+        chorus::deregister_buffer(tp, tp.rank() == 1 ? second : first);
+    });
+    for (auto const& e : errors) {
+        CHECK_MESSAGE(e.find("rank 1 called deregister_buffer of registration 2") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("they end different registrations") != std::string::npos, e);
+    }
+}
+
 TEST_CASE("staged protocol (host model): two_shot falls back to the ring where a rank's memory cannot be exported, on every rank alike") {
     for (rank_t refusing : {0, 2}) {
         CAPTURE(refusing);

@@ -41,6 +41,8 @@ enum class collective_kind : std::uint8_t {
     scan,
     exscan,
     split,
+    register_buffer,
+    deregister_buffer,
 };
 
 inline constexpr char const* kind_name(collective_kind k) noexcept {
@@ -62,6 +64,8 @@ inline constexpr char const* kind_name(collective_kind k) noexcept {
     case collective_kind::scan: return "scan";
     case collective_kind::exscan: return "exscan";
     case collective_kind::split: return "split";
+    case collective_kind::register_buffer: return "register_buffer";
+    case collective_kind::deregister_buffer: return "deregister_buffer";
     }
     return "collective";
 }

@@ -117,6 +117,22 @@ concept exposing_transport = direct_transport<T> && requires(T& t, std::span<std
     { t.expose(buffer, word, tag) } -> std::same_as<bool>;
 };
 
+/// An exposing_transport that also keeps buffers exposed across collectives (as NCCL's
+/// registered buffers): the peers open a registered buffer's memory once, and a collective on any
+/// range inside it then exposes it without a new export or open (docs/concepts.md#registering_transport).
+/// - `keep(buffer, agreed, tag)` is a round of `expose` that registers `buffer`; it returns the
+///   registration's number, the same on every rank, or 0 on every rank where some rank's buffer
+///   could not be exported (nothing is kept then).
+/// - `release(registration, agreed, tag)` closes what this rank kept for it and returns after a
+///   round in which every rank did: each may then free its buffer. The caller must not free a
+///   registered buffer before (its peers' mappings of freed memory are undefined).
+template <class T>
+concept registering_transport =
+    exposing_transport<T> && requires(T& t, std::span<std::byte const> buffer, std::uint64_t word, tag_t tag) {
+        { t.keep(buffer, word, tag) } -> std::same_as<std::uint64_t>;
+        t.release(word, word, tag);
+    };
+
 /// A transport whose buffers are ordinary host memory (`std::vector`, arrays).
 template <class T>
 concept host_transport = transport<T> && std::same_as<typename T::memory_space, host_memory>;

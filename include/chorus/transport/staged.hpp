@@ -75,6 +75,17 @@ public:
     {
         return engine_->expose(buffer, agreed, tag);
     }
+    /// Registrations (registering_transport): a buffer every peer keeps open across collectives.
+    std::uint64_t keep(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
+        requires engine::can_expose
+    {
+        return engine_->keep(buffer, agreed, tag);
+    }
+    void release(std::uint64_t registration, std::uint64_t agreed, tag_t tag)
+        requires engine::can_expose
+    {
+        engine_->release_registration(registration, agreed, tag);
+    }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {
         try {

@@ -50,6 +50,8 @@ constexpr std::uint64_t direct_shape(collective_kind kind, std::size_t bytes, ra
 inline std::string describe_shape(std::uint64_t shape) {
     auto const kind = static_cast<collective_kind>(shape >> 56);
     auto const root = static_cast<rank_t>((shape >> 40) & 0xffff) - 1;
+    if (kind == collective_kind::deregister_buffer)  // the registration's number in place of bytes
+        return std::string(kind_name(kind)) + " of registration " + std::to_string(shape & 0xffffffffff);
     return std::string(kind_name(kind)) + " with " + std::to_string(shape & 0xffffffffff) + " bytes" +
            (root >= 0 ? ", root " + std::to_string(root) : std::string());
 }
@@ -96,6 +98,24 @@ public:
     /// reads them any more.
     void end() { tp_.exchange({}, shape_, tag_); }
 
+    /// A round of expose() that registers `buffer` (registering_transport): its number, or 0 on
+    /// every rank where some rank's could not be exposed.
+    std::uint64_t keep(std::span<std::byte const> buffer)
+        requires registering_transport<Transport>
+    {
+        std::uint64_t const id = tp_.keep(buffer, shape_, tag_);
+        check_shapes();
+        return id;
+    }
+
+    /// The round that ends registration `id` on every rank.
+    void release(std::uint64_t id)
+        requires registering_transport<Transport>
+    {
+        tp_.release(id, shape_, tag_);
+        check_shapes();
+    }
+
 private:
     void check_shapes() {
         if (checked_) return;
@@ -111,7 +131,9 @@ private:
                                      describe_shape(theirs) + ", rank 0 " + describe_shape(first) + ": " +
                                      (other_collective ? "the ranks called different collectives"
                                       : other_root     ? "their roots differ"
-                                                       : "their sizes differ");
+                                      : theirs >> 56 == static_cast<std::uint8_t>(collective_kind::deregister_buffer)
+                                          ? "they end different registrations"
+                                          : "their sizes differ");
             tp_.abort(what.c_str());
             throw transport_error(other_collective ? errc::tag_mismatch : errc::size_mismatch, r, what);
         }

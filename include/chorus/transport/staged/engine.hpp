@@ -164,33 +164,38 @@ public:
     bool expose(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
         requires can_expose
     {
+        return expose_round(buffer, agreed, tag, 0);
+    }
+
+    /// A round of expose() that also registers `buffer` (registering_transport): every peer
+    /// keeps this rank's allocation open until release_registration, and the exposures of any
+    /// range inside it carry the registration instead of a new export, so that later
+    /// collectives on it neither query nor open anything. Returns the registration's number,
+    /// the same on every rank, or 0 (on every rank) where some rank's buffer could not be
+    /// exported: then nothing is kept.
+    std::uint64_t keep(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
+        requires can_expose
+    {
+        std::uint64_t const id = ++registrations_;  // every rank counts every call alike
+        return expose_round(buffer, agreed, tag, id) ? id : 0;
+    }
+
+    /// Ends registration `id` (0: none, a no-op on every rank): this rank closes the peers'
+    /// allocations it kept for it, once its reads of them completed, and returns after a round
+    /// in which every peer did the same, so that each rank may free its buffer then.
+    void release_registration(std::uint64_t id, std::uint64_t agreed, tag_t tag)
+        requires can_expose
+    {
         throw_if_failed();
-        check_device();
-        std::uint64_t const round = ++round_;
-        // The buffer the round before exposed (two_shot's second round): its export again, not
-        // a second query that could answer otherwise.
-        std::optional<exposed_at> exported;
-        if (last_export_ && last_export_->round + 1 == round && last_export_->buffer.data() == buffer.data() &&
-            last_export_->buffer.size() == buffer.size())
-            exported = last_export_->at;
-        else if (!buffer.empty())
-            failing_on_error([&] {
-                if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
+        std::erase_if(registered_, [&](own_registration const& k) { return k.id == id; });
+        failing_on_error([&] { device_.synchronize(); });  // every read of the kept memory enqueued so far
+        for (auto& q : peers_)
+            std::erase_if(q.kept, [&](opened_exposure const& k) {
+                if (k.registration != id) return false;
+                device_.close_handle(k.base);
+                return true;
             });
-        if (exported) last_export_ = {round, buffer, *exported};
-        bool const ok = buffer.empty() || exported.has_value();
-        publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data(), {}}, exported);
-        if (!std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; }))
-            return false;
-        // Every rank's buffer can be read: the peers' allocations are opened now, not as their
-        // records arrive, so that a round whose blocks are not read maps nothing.
-        failing_on_error([&] {
-            for (rank_t r = 0; r < size(); ++r) {
-                direct_record& d = peer_of(r).direct[round & 1];
-                if (r != me_ && d.bytes != 0) d.data = static_cast<std::byte const*>(open_exposure(r, d.at.handle)) + d.at.offset;
-            }
-        });
-        return true;
+        exchange({}, agreed, tag);
     }
 
     /// Rank r's block of this rank's latest round, in r's memory (this rank's own: its slot, or
@@ -316,6 +321,7 @@ private:
         kind_t kind = in_slot;
         std::byte const* data = nullptr;  // in_place: the block, mapped into this process once opened
         exposed_at at{};                  // in_place, a peer's: where it lies
+        std::uint64_t registration = 0;   // in_place: the registration it lies in (keep()), 0: none
     };
     // What an exposing rank sends each peer (control tag 3): the round's record, and where its
     // buffer lies unless it could not be exported.
@@ -323,13 +329,22 @@ private:
         staged_control record;  // kind direct: tag, total = bytes, offset = round, slot = agreed
         std::uint64_t exported;  // 0: not (the block is empty on every rank)
         exposed_at at;
+        std::uint64_t registration;  // the sender's registration the buffer lies in, 0: none
     };
     static_assert(std::is_trivially_copyable_v<exposure_message>);
     // A peer's allocation this rank opened for an exposure, kept for the collective's later
-    // rounds (two_shot exposes the same vector twice).
+    // rounds (two_shot exposes the same vector twice), or for a registration (registration != 0)
+    // until it is released.
     struct opened_exposure {
         typename Device::handle handle;
         void* base;
+        std::uint64_t registration = 0;
+    };
+    // A buffer this rank registered (keep()): where it lies for the peers.
+    struct own_registration {
+        std::uint64_t id;
+        std::span<std::byte const> range;
+        exposed_at at;
     };
     // This rank's latest export, reused by the next round for the same buffer.
     struct own_export {
@@ -383,7 +398,8 @@ private:
         std::array<direct_record, 2> direct{};  // by round % 2
         exposure_message exposure_in_message{};
         std::optional<control_request> exposure_in;
-        std::vector<opened_exposure> exposures;  // the peer's allocations open here
+        std::vector<opened_exposure> exposures;  // the peer's allocations open here for a collective
+        std::vector<opened_exposure> kept;       // and for its registrations
     };
 
     std::size_t region_bytes() const noexcept { return chunk_ * slots_; }
@@ -397,6 +413,60 @@ private:
         return base + direct_offset() + (round & 1) * direct_stride();
     }
     peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
+
+    // expose() and keep(): `keeping` is the registration being made (0: none).
+    bool expose_round(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag, std::uint64_t keeping) {
+        throw_if_failed();
+        check_device();
+        std::uint64_t const round = ++round_;
+        std::optional<exposed_at> exported;
+        std::uint64_t registration = keeping;
+        if (own_registration const* k = keeping == 0 ? registration_of(buffer) : nullptr) {
+            // Inside a registered buffer: its export, kept open by every peer.
+            exported = exposed_at{k->at.handle, k->at.offset + static_cast<std::uint64_t>(buffer.data() - k->range.data())};
+            registration = k->id;
+        } else if (keeping == 0 && last_export_ && last_export_->round + 1 == round && last_export_->buffer.data() == buffer.data() &&
+                   last_export_->buffer.size() == buffer.size()) {
+            // The buffer the round before exposed (two_shot's second round): its export again,
+            // not a second query that could answer otherwise.
+            exported = last_export_->at;
+        } else if (!buffer.empty()) {
+            failing_on_error([&] {
+                if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
+            });
+        }
+        if (exported) last_export_ = {round, buffer, *exported};
+        bool const ok = buffer.empty() || exported.has_value();
+        publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data(), {},
+                 ok ? registration : 0},
+                exported);
+        if (!std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; }))
+            return false;
+        // Every rank's buffer can be read: the peers' allocations are opened now, not as their
+        // records arrive, so that a round whose blocks are not read maps nothing.
+        failing_on_error([&] {
+            for (rank_t r = 0; r < size(); ++r) {
+                direct_record& d = peer_of(r).direct[round & 1];
+                if (r == me_ || d.bytes == 0) continue;
+                void* const base = d.registration != 0 ? kept_exposure(r, d.registration, d.at.handle) : open_exposure(r, d.at.handle);
+                d.data = static_cast<std::byte const*>(base) + d.at.offset;
+            }
+        });
+        if (keeping != 0 && !buffer.empty()) registered_.push_back({keeping, buffer, *exported});
+        return true;
+    }
+
+    // This rank's registration holding all of `buffer` (none for an empty one).
+    own_registration const* registration_of(std::span<std::byte const> buffer) const noexcept {
+        if (buffer.empty()) return nullptr;
+        for (auto const& k : registered_) {
+            auto const* first = k.range.data();
+            if (std::less_equal<>{}(first, buffer.data()) && std::less_equal<>{}(buffer.data() + buffer.size(), first + k.range.size()))
+                return &k;
+        }
+        return nullptr;
+    }
+
 
     // Runs f; a device or control error in it fails the engine (and goes on to the caller).
     template <class F>
@@ -465,6 +535,10 @@ private:
         for (auto& q : peers_)
             if (q.opened) device_.close_handle(std::exchange(q.opened, nullptr));
         close_exposures();  // those of a collective that failed between its rounds
+        for (auto& q : peers_) {  // and the registrations never released
+            for (auto& k : q.kept) device_.close_handle(k.base);
+            q.kept.clear();
+        }
     }
 
     // The events and staging buffers still held for this peer (at destruction).
@@ -529,14 +603,21 @@ private:
             for (rank_t r = 0; r < size(); ++r) {
                 peer_state& q = peer_of(r);
                 open_peer(r);
+                auto const exposures = [&] {
+                    while (q.exposure_in && q.exposure_in->test()) {
+                        on_exposure(r, q.exposure_in_message);
+                        post_exposure_receive(r);
+                    }
+                };
                 while (!q.said_bye && q.control_in->test()) {
                     on_control(r, q.in);
-                    if (!q.said_bye) post_control_receive(r);
+                    // An exposure record the peer sent before its goodbye (its last round a
+                    // registration, or an exposure whose collective fell back to messages with
+                    // other ranks) came first on the channel: read before the goodbye ends it.
+                    if (q.said_bye) exposures();
+                    else post_control_receive(r);
                 }
-                while (!q.said_bye && q.exposure_in && q.exposure_in->test()) {
-                    on_exposure(r, q.exposure_in_message);
-                    post_exposure_receive(r);
-                }
+                if (!q.said_bye) exposures();
                 progress_sends(r);
                 progress_receives(r);
                 std::erase_if(q.control_sends, [](control_send& c) { return c.request->test(); });
@@ -715,7 +796,8 @@ private:
             for (rank_t r = 0; r < size(); ++r) {
                 if (r == me_) continue;
                 if (own.kind == direct_record::in_slot) send_control(r, record);
-                else send_exposure(r, {record, own.kind == direct_record::in_place ? 1u : 0u, exported.value_or(exposed_at{})});
+                else
+                    send_exposure(r, {record, own.kind == direct_record::in_place ? 1u : 0u, exported.value_or(exposed_at{}), own.registration});
             }
         });
         auto const missing = [&]() -> rank_t {  // the first rank not heard from (or not opened)
@@ -766,7 +848,7 @@ private:
         std::uint64_t const round = m.record.offset;
         peer_of(from).direct[round & 1] = {round,   m.record.total, m.record.slot, static_cast<tag_t>(m.record.tag),
                                            m.exported ? direct_record::in_place : direct_record::unexported,
-                                           nullptr, m.at};
+                                           nullptr, m.at, m.exported ? m.registration : 0};
     }
 
     // The peer's allocation behind `handle`, opened once per collective: a handle names one
@@ -778,6 +860,17 @@ private:
             if (std::memcmp(&c.handle, &handle, sizeof handle) == 0) return c.base;
         void* base = device_.open_handle(handle);
         opened.push_back({handle, base});
+        return base;
+    }
+
+    // The peer's allocation of its registration `id`, opened by the round that made it and kept
+    // until the registration ends.
+    void* kept_exposure(rank_t from, std::uint64_t id, typename Device::handle const& handle) {
+        auto& kept = peer_of(from).kept;
+        for (auto const& k : kept)
+            if (k.registration == id) return k.base;
+        void* base = device_.open_handle(handle);
+        kept.push_back({handle, base, id});
         return base;
     }
 
@@ -854,6 +947,8 @@ private:
     std::vector<hello> handles_;  // the peers', as they arrive
     std::uint64_t round_ = 0;     // of direct exchanges
     std::optional<own_export> last_export_;
+    std::vector<own_registration> registered_;  // this rank's buffers every peer keeps open
+    std::uint64_t registrations_ = 0;           // keep() calls so far
     std::vector<peer_state> peers_;
     std::uint64_t sequence_ = 0;
     std::exception_ptr failure_;
