@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
                 std::size_t const count = bytes / sizeof(float);
                 int const iters = iterations(bytes);
                 // Above one_shot's slot the automatic rows are zero_copy already (broadcast,
-                // allgather, reduce_scatter, alltoall): named rows only below it.
+                // reduce_scatter, alltoall; allgather by its block): named rows only below it.
                 bool const below_auto_zero_copy = bytes <= tp.direct_bytes();
                 auto reset_wrong = [&] { cuda_ok(cudaMemset(wrong, 0, sizeof *wrong), "cudaMemset"); };
                 if (op == "allreduce") {
@@ -296,7 +296,7 @@ int main(int argc, char** argv) {
                         run.template operator()<chorus::ring>("ring");
                         run.template operator()<chorus::bruck>("bruck");
                         if (bytes <= (std::size_t{64} << 20)) run.template operator()<chorus::one_shot>("one_shot");
-                        if (below_auto_zero_copy) run.template operator()<chorus::zero_copy>("zero_copy");
+                        if (block * sizeof(float) <= tp.direct_bytes()) run.template operator()<chorus::zero_copy>("zero_copy");
                     }
                     cudaFree(in);
                     cudaFree(out);

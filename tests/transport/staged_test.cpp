@@ -8,12 +8,15 @@
 #include <chorus/chorus.hpp>
 #include <chorus/transport/staged.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <initializer_list>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -77,6 +80,25 @@ std::vector<std::string> errors_of(rank_t p, Config const& config_of, Fn const& 
         }
     }, 20s);
     return errors;
+}
+
+/// Runs body(tp, fifos) at 2, 3 and 5 ranks (either side of the scratch fold: host memory folds
+/// pairwise), after a barrier that opened every peer's FIFO (`fifos` handles: what stays open
+/// between collectives); then every peer allocation opened for an exposure must have been
+/// closed with its transport.
+template <class Body>
+void exposure_runs(Body const& body) {
+    long const open_before = testing_support::host_model_device::open_handles.load();
+    for (rank_t p : {2, 3, 5}) {
+        CAPTURE(p);
+        staged_runner::run(p, [&](staged_model& tp) {
+            chorus::barrier(tp);
+            long const fifos = tp.device().open_here;
+            CHECK(fifos == p - 1);
+            body(tp, fifos);
+        }, 60s);
+    }
+    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
 }
 
 } // namespace
@@ -181,108 +203,99 @@ TEST_CASE("staged protocol (host model): one_shot folds every rank's block in on
 TEST_CASE("staged protocol (host model): two_shot reads every rank's vector where it lies: no device copy, each peer's memory opened once and closed before returning") {
     // Rank counts on either side of the scratch fold (host memory folds pairwise), vectors that
     // do not divide by p, and many distinct buffers alive at once.
-    long const open_before = testing_support::host_model_device::open_handles.load();
-    for (rank_t p : {2, 3, 5}) {
-        CAPTURE(p);
-        staged_runner::run(p, [&](staged_model& tp) {
-            auto const me = tp.rank();
-            chorus::barrier(tp);  // every peer's FIFO open: what stays open between collectives
-            long const fifos = tp.device().open_here;
-            CHECK(fifos == p - 1);
-            for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
-                std::vector<std::vector<double>> buffers;  // alive together: distinct memory
-                for (int k = 0; k < 12; ++k) {
-                    auto& v = buffers.emplace_back(n + static_cast<std::size_t>(k));
-                    for (std::size_t i = 0; i < v.size(); ++i) v[i] = me * 0.5 + static_cast<double>(i % 97);
-                    long const copies = tp.device().copies, exports = tp.device().exports, opens = tp.device().opens;
-                    chorus::allreduce<chorus::two_shot>(tp, v);
-                    CHECK(tp.device().copies == copies);       // read in place: nothing staged
-                    CHECK(tp.device().exports == exports + 1);  // once: round 2 re-sends round 1's
-                    CHECK(tp.device().opens == opens + p - 1);  // each peer's once, for both rounds
-                    CHECK(tp.device().open_here == fifos);      // and closed: the caller may free it
-                    for (std::size_t i = 0; i < v.size(); ++i)
-                        REQUIRE(v[i] == p * static_cast<double>(i % 97) + 0.5 * (p * (p - 1) / 2));
-                }
+    exposure_runs([&](staged_model& tp, long fifos) {
+        rank_t const p = tp.size();
+        auto const me = tp.rank();
+        for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{20011}}) {
+            std::vector<std::vector<double>> buffers;  // alive together: distinct memory
+            for (int k = 0; k < 12; ++k) {
+                auto& v = buffers.emplace_back(n + static_cast<std::size_t>(k));
+                for (std::size_t i = 0; i < v.size(); ++i) v[i] = me * 0.5 + static_cast<double>(i % 97);
+                long const copies = tp.device().copies, exports = tp.device().exports, opens = tp.device().opens;
+                chorus::allreduce<chorus::two_shot>(tp, v);
+                CHECK(tp.device().copies == copies);       // read in place: nothing staged
+                CHECK(tp.device().exports == exports + 1);  // once: round 2 re-sends round 1's
+                CHECK(tp.device().opens == opens + p - 1);  // each peer's once, for both rounds
+                CHECK(tp.device().open_here == fifos);      // and closed: the caller may free it
+                for (std::size_t i = 0; i < v.size(); ++i)
+                    REQUIRE(v[i] == p * static_cast<double>(i % 97) + 0.5 * (p * (p - 1) / 2));
             }
-            // The automatic choice takes it above one_shot's slot (1 KiB in these tests).
-            std::vector<float> large(5000, 1.0f);
-            long const exports = tp.device().exports;
-            chorus::allreduce(tp, large, chorus::maximum{});
-            CHECK(tp.device().exports == exports + 1);
-            for (float x : large) REQUIRE(x == 1.0f);
-        }, 60s);
-    }
-    // Every peer allocation opened for an exposure was closed with its transport.
-    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
+        }
+        // The automatic choice takes it above one_shot's slot (1 KiB in these tests).
+        std::vector<float> large(5000, 1.0f);
+        long const exports = tp.device().exports;
+        chorus::allreduce(tp, large, chorus::maximum{});
+        CHECK(tp.device().exports == exports + 1);
+        for (float x : large) REQUIRE(x == 1.0f);
+    });
 }
 
 TEST_CASE("staged protocol (host model): zero_copy broadcast, allgather, reduce_scatter and alltoall read the buffers where they lie: no device copy, every opening closed before returning") {
     // Blocks of sizes that do not divide by anything in particular, many buffers alive at once
     // (distinct memory), every root; the counters say that nothing was staged, each exposing
     // rank exported once and each reader opened each peer it read once.
-    long const open_before = testing_support::host_model_device::open_handles.load();
-    for (rank_t p : {2, 3, 5}) {
-        CAPTURE(p);
-        staged_runner::run(p, [&](staged_model& tp) {
-            auto const me = tp.rank();
-            auto const up = static_cast<std::size_t>(p);
-            chorus::barrier(tp);  // every peer's FIFO open: what stays open between collectives
-            long const fifos = tp.device().open_here;
-            auto& device = tp.device();
-            // Runs one collective and checks the counters: `exported` buffers of this rank,
-            // `opened` peers' allocations.
-            auto const counted = [&](char const* what, long exported, long opened, auto&& collective) {
-                CAPTURE(what);
-                long const copies = device.copies, exports = device.exports, opens = device.opens;
-                collective();
-                CHECK(device.copies == copies);
-                CHECK(device.exports == exports + exported);
-                CHECK(device.opens == opens + opened);
-                CHECK(device.open_here == fifos);
-            };
-            auto const value = [](rank_t r, std::size_t i) { return static_cast<int>(r) * 100000 + static_cast<int>(i % 9973); };
-            for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{4099}}) {
-                CAPTURE(n);
-                std::vector<std::vector<int>> kept;  // alive together: distinct memory
-                for (rank_t root = 0; root < p; ++root) {
-                    auto& v = kept.emplace_back(n, -1);
-                    if (me == root)
-                        for (std::size_t i = 0; i < n; ++i) v[i] = value(root, i);
-                    counted("broadcast", me == root ? 1 : 0, me == root ? 0 : 1, [&] { chorus::broadcast<chorus::zero_copy>(tp, v, root); });
-                    for (std::size_t i = 0; i < n; ++i) REQUIRE(v[i] == value(root, i));
-                }
-                auto& mine = kept.emplace_back(n);
-                for (std::size_t i = 0; i < n; ++i) mine[i] = value(me, i);
-                auto& all = kept.emplace_back(up * n, -1);
-                counted("allgather", 1, p - 1, [&] { chorus::allgather<chorus::zero_copy>(tp, mine, all); });
-                for (std::size_t x = 0; x < all.size(); ++x) REQUIRE(all[x] == value(static_cast<rank_t>(x / n), x % n));
-                auto& send = kept.emplace_back(up * n);  // block j for rank j
-                for (std::size_t x = 0; x < send.size(); ++x) send[x] = value(me, x) + static_cast<int>(x / n);
-                auto& transposed = kept.emplace_back(up * n, -1);
-                counted("alltoall", 1, p - 1, [&] { chorus::alltoall<chorus::zero_copy>(tp, send, transposed); });
-                for (std::size_t x = 0; x < transposed.size(); ++x)
-                    REQUIRE(transposed[x] == value(static_cast<rank_t>(x / n), static_cast<std::size_t>(me) * n + x % n) + me);
-                auto& reduced = kept.emplace_back(n, -1);
-                counted("reduce_scatter", 1, p - 1, [&] { chorus::reduce_scatter<chorus::zero_copy>(tp, send, reduced); });
-                for (std::size_t i = 0; i < n; ++i) {
-                    long long want = 0;
-                    for (rank_t r = 0; r < p; ++r) want += value(r, static_cast<std::size_t>(me) * n + i) + me;
-                    REQUIRE(reduced[i] == want);
-                }
+    exposure_runs([&](staged_model& tp, long fifos) {
+        rank_t const p = tp.size();
+        auto const me = tp.rank();
+        auto const up = static_cast<std::size_t>(p);
+        auto& device = tp.device();
+        // Runs one collective and checks the counters: `exported` buffers of this rank,
+        // `opened` peers' allocations.
+        auto const counted = [&](char const* what, long exported, long opened, auto&& collective) {
+            CAPTURE(what);
+            long const copies = device.copies, exports = device.exports, opens = device.opens;
+            collective();
+            CHECK(device.copies == copies);
+            CHECK(device.exports == exports + exported);
+            CHECK(device.opens == opens + opened);
+            CHECK(device.open_here == fifos);
+        };
+        auto const value = [](rank_t r, std::size_t i) { return static_cast<int>(r) * 100000 + static_cast<int>(i % 9973); };
+        for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}, std::size_t{4099}}) {
+            CAPTURE(n);
+            std::deque<std::vector<int>> kept;  // alive together: distinct memory (a deque: references stay)
+            for (rank_t root = 0; root < p; ++root) {
+                auto& v = kept.emplace_back(n, -1);
+                if (me == root)
+                    for (std::size_t i = 0; i < n; ++i) v[i] = value(root, i);
+                counted("broadcast", me == root ? 1 : 0, me == root ? 0 : 1, [&] { chorus::broadcast<chorus::zero_copy>(tp, v, root); });
+                for (std::size_t i = 0; i < n; ++i) REQUIRE(v[i] == value(root, i));
             }
-            // The automatic choice takes them above one_shot's slot (1 KiB in these tests).
-            std::vector<float> large(5000, static_cast<float>(me)), gathered(5000 * up), out(5000 * up), part(5000 / up);
-            counted("automatic broadcast", me == 0 ? 1 : 0, me == 0 ? 0 : 1, [&] { chorus::broadcast(tp, large, 0); });
-            counted("automatic allgather", 1, p - 1, [&] { chorus::allgather(tp, large, gathered); });
-            counted("automatic alltoall", 1, p - 1, [&] { chorus::alltoall(tp, gathered, out); });
-            std::vector<float> const whole(part.size() * up, 1.0f);
-            counted("automatic reduce_scatter", 1, p - 1, [&] { chorus::reduce_scatter(tp, whole, part); });
-            for (float x : gathered) REQUIRE(x == 0.0f);
-            for (float x : out) REQUIRE(x == 0.0f);
-            for (float x : part) REQUIRE(x == static_cast<float>(p));
-        }, 60s);
-    }
-    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
+            auto& mine = kept.emplace_back(n);
+            for (std::size_t i = 0; i < n; ++i) mine[i] = value(me, i);
+            auto& all = kept.emplace_back(up * n, -1);
+            counted("allgather", 1, p - 1, [&] { chorus::allgather<chorus::zero_copy>(tp, mine, all); });
+            for (std::size_t x = 0; x < all.size(); ++x) REQUIRE(all[x] == value(static_cast<rank_t>(x / n), x % n));
+            auto& send = kept.emplace_back(up * n);  // block j for rank j
+            for (std::size_t x = 0; x < send.size(); ++x) send[x] = value(me, x) + static_cast<int>(x / n);
+            auto& transposed = kept.emplace_back(up * n, -1);
+            counted("alltoall", 1, p - 1, [&] { chorus::alltoall<chorus::zero_copy>(tp, send, transposed); });
+            for (std::size_t x = 0; x < transposed.size(); ++x)
+                REQUIRE(transposed[x] == value(static_cast<rank_t>(x / n), static_cast<std::size_t>(me) * n + x % n) + me);
+            auto& reduced = kept.emplace_back(n, -1);
+            counted("reduce_scatter", 1, p - 1, [&] { chorus::reduce_scatter<chorus::zero_copy>(tp, send, reduced); });
+            for (std::size_t i = 0; i < n; ++i) {
+                long long want = 0;
+                for (rank_t r = 0; r < p; ++r) want += value(r, static_cast<std::size_t>(me) * n + i) + me;
+                REQUIRE(reduced[i] == want);
+            }
+        }
+        // The automatic choice takes them above one_shot's slot (1 KiB in these tests); values that
+        // name their rank and block, outputs that start as -1.
+        std::size_t const m = 5000;
+        std::vector<float> large(m, static_cast<float>(me + 1)), gathered(m * up, -1.0f), out(m * up, -1.0f), part(m / up, -1.0f);
+        counted("automatic allgather", 1, p - 1, [&] { chorus::allgather(tp, large, gathered); });
+        for (std::size_t x = 0; x < gathered.size(); ++x) REQUIRE(gathered[x] == static_cast<float>(x / m + 1));
+        for (std::size_t x = 0; x < gathered.size(); ++x) gathered[x] = static_cast<float>(me * 100 + static_cast<int>(x / m));
+        counted("automatic alltoall", 1, p - 1, [&] { chorus::alltoall(tp, gathered, out); });
+        for (std::size_t x = 0; x < out.size(); ++x) REQUIRE(out[x] == static_cast<float>(static_cast<int>(x / m) * 100 + me));
+        counted("automatic broadcast", me == p - 1 ? 1 : 0, me == p - 1 ? 0 : 1, [&] { chorus::broadcast(tp, large, p - 1); });
+        for (float x : large) REQUIRE(x == static_cast<float>(p));
+        std::vector<float> whole(part.size() * up);
+        for (std::size_t x = 0; x < whole.size(); ++x) whole[x] = static_cast<float>(me + 1) * static_cast<float>(x / part.size() + 1);
+        counted("automatic reduce_scatter", 1, p - 1, [&] { chorus::reduce_scatter(tp, whole, part); });
+        for (float x : part) REQUIRE(x == static_cast<float>(p * (p + 1) / 2 * (me + 1)));
+    });
 }
 
 TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules of messages where a rank's memory cannot be exported, on every rank alike") {
@@ -317,76 +330,94 @@ TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules o
 
 TEST_CASE("staged protocol (host model): a registered buffer is exported and opened once for all the collectives on it, and closed when deregistered") {
     static_assert(chorus::registering_transport<staged_model>);
-    long const open_before = testing_support::host_model_device::open_handles.load();
-    for (rank_t p : {2, 3, 5}) {
-        CAPTURE(p);
-        staged_runner::run(p, [&](staged_model& tp) {
-            auto const me = tp.rank();
-            auto const up = static_cast<std::size_t>(p);
-            auto& device = tp.device();
-            chorus::barrier(tp);
-            long const fifos = device.open_here;
-            // One registered buffer holds a vector (at an offset) and a block to gather.
-            std::size_t const n = 10001, block = 3001;
-            std::vector<double> arena(5 + n + block);
-            std::span<double> const vec = std::span(arena).subspan(5, n), part = std::span(arena).subspan(5 + n, block);
-            long exports = device.exports, opens = device.opens;
-            auto const reg = chorus::register_buffer(tp, arena);
-            CHECK(reg.kept());
+    exposure_runs([&](staged_model& tp, long fifos) {
+        rank_t const p = tp.size();
+        auto const me = tp.rank();
+        auto const up = static_cast<std::size_t>(p);
+        auto& device = tp.device();
+        // One registered buffer holds a vector (at an offset) and a block to gather.
+        std::size_t const n = 10001, block = 3001;
+        std::vector<double> arena(5 + n + block);
+        std::span<double> const vec = std::span(arena).subspan(5, n), part = std::span(arena).subspan(5 + n, block);
+        long exports = device.exports, opens = device.opens;
+        auto const reg = chorus::register_buffer(tp, arena);
+        CHECK(reg.kept());
+        CHECK(device.exports == exports + 1);
+        CHECK(device.opens == opens + p - 1);
+        CHECK(device.open_here == fifos + p - 1);
+        std::vector<double> gathered(block * up), loose(n);
+        for (int k = 0; k < 4; ++k) {
+            CAPTURE(k);
+            for (std::size_t i = 0; i < n; ++i) vec[i] = loose[i] = me + k + static_cast<double>(i % 13);
+            for (std::size_t i = 0; i < block; ++i) part[i] = me * 1000.0 + static_cast<double>(i) + k;
+            exports = device.exports, opens = device.opens;
+            long const copies = device.copies;
+            chorus::allreduce<chorus::two_shot>(tp, vec);
+            chorus::allgather<chorus::zero_copy>(tp, part, gathered);
+            chorus::broadcast<chorus::zero_copy>(tp, part, p - 1);
+            CHECK(device.exports == exports);  // by the registration: no query,
+            CHECK(device.opens == opens);      // no open,
+            CHECK(device.copies == copies);    // no staging
+            CHECK(device.open_here == fifos + p - 1);
+            // A buffer outside it: exported and opened for the call, closed before it returned.
+            chorus::allreduce<chorus::two_shot>(tp, loose);
             CHECK(device.exports == exports + 1);
             CHECK(device.opens == opens + p - 1);
             CHECK(device.open_here == fifos + p - 1);
-            std::vector<double> gathered(block * up), loose(n);
-            for (int k = 0; k < 4; ++k) {
-                CAPTURE(k);
-                for (std::size_t i = 0; i < n; ++i) vec[i] = loose[i] = me + k + static_cast<double>(i % 13);
-                for (std::size_t i = 0; i < block; ++i) part[i] = me * 1000.0 + static_cast<double>(i) + k;
-                exports = device.exports, opens = device.opens;
-                long const copies = device.copies;
-                chorus::allreduce<chorus::two_shot>(tp, vec);
-                chorus::allgather<chorus::zero_copy>(tp, part, gathered);
-                chorus::broadcast<chorus::zero_copy>(tp, part, p - 1);
-                CHECK(device.exports == exports);  // by the registration: no query,
-                CHECK(device.opens == opens);      // no open,
-                CHECK(device.copies == copies);    // no staging
-                CHECK(device.open_here == fifos + p - 1);
-                // A buffer outside it: exported and opened for the call, closed before it returned.
-                chorus::allreduce<chorus::two_shot>(tp, loose);
-                CHECK(device.exports == exports + 1);
-                CHECK(device.opens == opens + p - 1);
-                CHECK(device.open_here == fifos + p - 1);
-                double const sum = p * (p - 1) / 2.0;
-                for (std::size_t i = 0; i < n; ++i) {
-                    REQUIRE(vec[i] == sum + p * (k + static_cast<double>(i % 13)));
-                    REQUIRE(loose[i] == vec[i]);
-                }
-                for (std::size_t x = 0; x < gathered.size(); ++x)
-                    REQUIRE(gathered[x] == static_cast<double>(x / block) * 1000.0 + static_cast<double>(x % block) + k);
-                for (std::size_t i = 0; i < block; ++i) REQUIRE(part[i] == (p - 1) * 1000.0 + static_cast<double>(i) + k);
+            double const sum = p * (p - 1) / 2.0;
+            for (std::size_t i = 0; i < n; ++i) {
+                REQUIRE(vec[i] == sum + p * (k + static_cast<double>(i % 13)));
+                REQUIRE(loose[i] == vec[i]);
             }
-            chorus::deregister_buffer(tp, reg);
-            CHECK(device.open_here == fifos);  // every rank may free its buffer now
-            exports = device.exports;
-            chorus::allreduce<chorus::two_shot>(tp, vec);
-            CHECK(device.exports == exports + 1);  // exported per call again
-            // A registration a rank cannot export keeps nothing, on every rank; the collectives
-            // then run as without it (the ring here).
-            device.refuse_export = me == p - 1;
-            auto const refused = chorus::register_buffer(tp, loose);
-            CHECK_FALSE(refused.kept());
-            CHECK(device.open_here == fifos);
-            std::ranges::fill(loose, 1.0);
-            chorus::allreduce<chorus::two_shot>(tp, loose);
-            for (double x : loose) REQUIRE(x == p);
-            chorus::deregister_buffer(tp, refused);
-            device.refuse_export = false;
-            // One left registered: the transport's end closes it (checked below).
-            auto const left = chorus::register_buffer(tp, gathered);
-            CHECK(left.kept());
-            CHECK(device.open_here == fifos + p - 1);
-        }, 60s);
-    }
-    CHECK(testing_support::host_model_device::open_handles.load() == open_before);
+            for (std::size_t x = 0; x < gathered.size(); ++x)
+                REQUIRE(gathered[x] == static_cast<double>(x / block) * 1000.0 + static_cast<double>(x % block) + k);
+            for (std::size_t i = 0; i < block; ++i) REQUIRE(part[i] == (p - 1) * 1000.0 + static_cast<double>(i) + k);
+        }
+        {
+            // A registered range and an unregistered one in one allocation (one handle: the host
+            // model's 4 KiB pieces): a collective on the other range opens the allocation again
+            // for itself and closes only that opening.
+            auto* const raw = static_cast<double*>(::operator new(4096, std::align_val_t{4096}));
+            std::span<double> const inside(raw, 200), beside(raw + 256, 200);
+            auto const small = chorus::register_buffer(tp, inside);
+            CHECK(device.open_here == fifos + 2 * (p - 1));
+            std::ranges::fill(inside, 2.0);
+            std::ranges::fill(beside, 1.0);
+            opens = device.opens;
+            chorus::allreduce<chorus::two_shot>(tp, beside);
+            CHECK(device.opens == opens + p - 1);
+            CHECK(device.open_here == fifos + 2 * (p - 1));
+            chorus::allreduce<chorus::two_shot>(tp, inside);
+            CHECK(device.opens == opens + p - 1);  // through the registration
+            for (std::size_t i = 0; i < 200; ++i) {
+                REQUIRE(beside[i] == p);
+                REQUIRE(inside[i] == 2.0 * p);
+            }
+            chorus::deregister_buffer(tp, small);
+            CHECK(device.open_here == fifos + p - 1);  // the first registration's still open
+            ::operator delete(raw, std::align_val_t{4096});
+        }
+        chorus::deregister_buffer(tp, reg);
+        CHECK(device.open_here == fifos);  // every rank may free its buffer now
+        exports = device.exports;
+        chorus::allreduce<chorus::two_shot>(tp, vec);
+        CHECK(device.exports == exports + 1);  // exported per call again
+        // A registration a rank cannot export keeps nothing, on every rank; the collectives
+        // then run as without it (the ring here).
+        device.refuse_export = me == p - 1;
+        auto const refused = chorus::register_buffer(tp, loose);
+        CHECK_FALSE(refused.kept());
+        CHECK(device.open_here == fifos);
+        std::ranges::fill(loose, 1.0);
+        chorus::allreduce<chorus::two_shot>(tp, loose);
+        for (double x : loose) REQUIRE(x == p);
+        chorus::deregister_buffer(tp, refused);
+        device.refuse_export = false;
+        // One left registered: the transport's end closes it (exposure_runs checks).
+        auto const left = chorus::register_buffer(tp, gathered);
+        CHECK(left.kept());
+        CHECK(device.open_here == fifos + p - 1);
+    });
 }
 
 TEST_CASE("staged protocol (host model): ranks that deregister different registrations fail alike, naming them") {

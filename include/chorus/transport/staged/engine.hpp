@@ -187,6 +187,7 @@ public:
         requires can_expose
     {
         throw_if_failed();
+        check_device();  // the synchronisation below must wait on this transport's device
         std::erase_if(registered_, [&](own_registration const& k) { return k.id == id; });
         failing_on_error([&] { device_.synchronize(); });  // every read of the kept memory enqueued so far
         for (auto& q : peers_)
@@ -349,6 +350,7 @@ private:
     // This rank's latest export, reused by the next round for the same buffer.
     struct own_export {
         std::uint64_t round;
+        tag_t tag;
         std::span<std::byte const> buffer;
         exposed_at at;
     };
@@ -425,17 +427,19 @@ private:
             // Inside a registered buffer: its export, kept open by every peer.
             exported = exposed_at{k->at.handle, k->at.offset + static_cast<std::uint64_t>(buffer.data() - k->range.data())};
             registration = k->id;
-        } else if (keeping == 0 && last_export_ && last_export_->round + 1 == round && last_export_->buffer.data() == buffer.data() &&
-                   last_export_->buffer.size() == buffer.size()) {
-            // The buffer the round before exposed (two_shot's second round): its export again,
-            // not a second query that could answer otherwise.
+        } else if (keeping == 0 && last_export_ && last_export_->round + 1 == round && last_export_->tag == tag &&
+                   last_export_->buffer.data() == buffer.data() && last_export_->buffer.size() == buffer.size()) {
+            // The buffer the round before exposed in this collective (two_shot's second round):
+            // its export again, not a second query that could answer otherwise. Of another
+            // collective (the round before fell back, or kept nothing) it may be another
+            // allocation at the same address: queried again.
             exported = last_export_->at;
         } else if (!buffer.empty()) {
             failing_on_error([&] {
                 if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
             });
         }
-        if (exported) last_export_ = {round, buffer, *exported};
+        if (exported && keeping == 0) last_export_ = {round, tag, buffer, *exported};
         bool const ok = buffer.empty() || exported.has_value();
         publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data(), {},
                  ok ? registration : 0},

@@ -41,7 +41,7 @@
 // came: a peer sends that record once the copy it enqueued for round k + 1 completed, and so
 // every read of round k's blocks it had enqueued before (one stream, in order).
 //
-// Exposures (two_shot; transport/concepts.hpp, exposing_transport), where the device exports a
+// Exposures (two_shot, zero_copy; transport/concepts.hpp, exposing_transport), where the device exports a
 // caller's memory: a round whose block is the caller's buffer itself. Its record goes on control
 // tag 3 with the handle of the allocation holding the buffer and the offset in it. Once every
 // rank's record came, each rank opens its peers' allocations, and the collective's closing slot
@@ -50,6 +50,14 @@
 // The round waits for this rank's earlier work before the record leaves, as a slot's round
 // waits for its copy; a rank whose memory cannot be exported says so in its record, and the
 // round's blocks are then empty on every rank, nothing opened.
+// Registrations (registering_transport): a round of the kind whose record carries a
+// registration number; the peers open the allocation then and keep it open, and the records of
+// later exposures inside the registered buffer carry the number instead of a new export (the
+// readers find the allocation among those they keep). A release closes what a rank kept, once
+// its reads completed, before the slot round that ends it.
+// A control channel delivers a peer's messages in the order they were sent, whatever their tag:
+// an exposure record sent just before the peer's goodbye (a registration as its last operation)
+// is read when the goodbye is, before the goodbye stops this rank listening.
 //
 // Set-up: the handles travel with each rank's layout (chunk, slots, direct_bytes); a rank whose
 // layout differs would copy into the wrong place of its peers' memory, so every rank refuses
