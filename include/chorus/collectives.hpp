@@ -140,7 +140,7 @@ void broadcast(Transport& tp, R&& data, rank_t root) {
         tp, s.size_bytes(),
         [&] {
             auto const bytes = s.size_bytes();
-            return detail::prefer_direct<T>(tp, bytes, sizeof(T), detail::prefer_exposed<zero_copy, T>(tp, bytes, detail::choose_broadcast_over(tp, bytes)));
+            return detail::prefer_direct<T, zero_copy>(tp, bytes, sizeof(T), detail::choose_broadcast_over(tp, bytes));
         },
         s, root);
 }
@@ -179,8 +179,7 @@ void allgather(Transport& tp, S const& send, R&& recv) {
     detail::run_collective<Algo, detail::allgather_algorithms, T, void>(
         tp, gathered,
         [&] {
-            return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T),
-                                            detail::prefer_exposed<zero_copy, T>(tp, in.size_bytes(), detail::choose_allgather_over(tp, gathered)));
+            return detail::prefer_direct<T, zero_copy>(tp, in.size_bytes(), sizeof(T), detail::choose_allgather_over(tp, gathered));
         },
         in, out);
 }
@@ -214,8 +213,7 @@ void allreduce(Transport& tp, R&& data, Op op = {}) {
             tp, s.size_bytes(),
             [&] {
                 auto const bytes = s.size_bytes();
-                return detail::prefer_direct<T>(
-                    tp, bytes, sizeof(T), detail::prefer_exposed<two_shot, T>(tp, bytes, detail::choose_allreduce_over(tp, bytes, is_commutative_v<Op, T>)));
+                return detail::prefer_direct<T, two_shot>(tp, bytes, sizeof(T), detail::choose_allreduce_over(tp, bytes, is_commutative_v<Op, T>));
             },
             s, op);
     }
@@ -235,8 +233,8 @@ void reduce_scatter(Transport& tp, S const& send, R&& recv, Op op = {}) {
         detail::run_collective<Algo, detail::reduce_scatter_algorithms, T, Op>(
             tp, in.size_bytes(),
             [&] {
-                return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()),
-                                                detail::prefer_exposed<zero_copy, T>(tp, in.size_bytes(), detail::reduce_scatter_choice<Op, T>()));
+                return detail::prefer_direct<T, zero_copy>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()),
+                                                           detail::reduce_scatter_choice<Op, T>());
             },
             in, out, op);
     }
@@ -256,8 +254,8 @@ void alltoall(Transport& tp, S const& send, R&& recv) {
     detail::run_collective<Algo, detail::alltoall_algorithms, T, void>(
         tp, in.size_bytes(),
         [&] {
-            return detail::prefer_direct<T>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()),
-                                            detail::prefer_exposed<zero_copy, T>(tp, in.size_bytes(), detail::choose_alltoall(tp.size(), block_bytes)));
+            return detail::prefer_direct<T, zero_copy>(tp, in.size_bytes(), sizeof(T) * static_cast<std::size_t>(tp.size()),
+                                                       detail::choose_alltoall(tp.size(), block_bytes));
         },
         in, out);
 }

@@ -236,27 +236,23 @@ inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
 // one round stops paying: measured in docs/algorithms.md.
 // `unit_bytes`: what a round must hold at least (an element; alltoall and reduce_scatter: one
 // of every block), also when the collective has no elements. A slot of 0 bytes: no one_shot.
-template <class T, class Transport>
+// Over a transport whose ranks also read each other's buffers where they lie
+// (exposing_transport), a block too large for the slot runs `Exposed` where the collective has
+// one (void: none): two_shot for an allreduce (algorithm/two_shot_allreduce.hpp), zero_copy for
+// broadcast, allgather, reduce_scatter and alltoall (algorithm/zero_copy_*.hpp): a few rounds,
+// each byte read once from where it lies, where the message schedules copy every chunk twice
+// (into the receiver's FIFO, then into place) behind a host round trip. `block_bytes` must be
+// the same on every rank: the ranks must choose alike.
+template <class T, class Exposed = void, class Transport>
 choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_bytes, choice otherwise) {
     if constexpr (direct_transport<Transport>) {
         std::size_t const slot = tp.direct_bytes();
         if (direct_aligned<T>() && slot != 0 && block_bytes <= slot && unit_bytes <= slot)
             return {one_shot::name, "ranks read each other's memory: one round"};
     }
-    return otherwise;
-}
-
-// Over a transport whose ranks read each other's buffers where they lie (exposing_transport),
-// a collective too large for one_shot's slot runs `Algo`: two_shot for an allreduce
-// (algorithm/two_shot_allreduce.hpp), zero_copy for broadcast, allgather, reduce_scatter and
-// alltoall (algorithm/zero_copy_*.hpp): a few rounds, each byte read once from where it lies,
-// where the message schedules copy every chunk twice (into the receiver's FIFO, then into
-// place) behind a host round trip. Chosen wherever one_shot is not (prefer_direct decides
-// first). `bytes` must be the same on every rank: the ranks must choose alike.
-template <class Algo, class T, class Transport>
-choice prefer_exposed(Transport& tp, std::size_t bytes, choice otherwise) {
-    if constexpr (exposing_transport<Transport>) {
-        if (direct_aligned<T>() && tp.size() > 1 && bytes > 0) return {Algo::name, "ranks read each other's buffers where they lie"};
+    if constexpr (!std::is_void_v<Exposed> && exposing_transport<Transport>) {
+        if (direct_aligned<T>() && tp.size() > 1 && block_bytes > 0)
+            return {Exposed::name, "ranks read each other's buffers where they lie"};
     }
     return otherwise;
 }

@@ -472,7 +472,6 @@ private:
         return nullptr;
     }
 
-
     // Runs f; a device or control error in it fails the engine (and goes on to the caller).
     template <class F>
     void failing_on_error(F const& f) {
@@ -537,13 +536,11 @@ private:
     }
 
     void close_peers() noexcept {
-        for (auto& q : peers_)
+        for (auto& q : peers_) {
             if (q.opened) device_.close_handle(std::exchange(q.opened, nullptr));
-        close_exposures();  // those of a collective that failed between its rounds
-        for (auto& q : peers_) {  // and the registrations never released
-            for (auto& k : q.kept) device_.close_handle(k.base);
-            q.kept.clear();
+            close_all(q.kept);  // the registrations never released
         }
+        close_exposures();  // those of a collective that failed between its rounds
     }
 
     // The events and staging buffers still held for this peer (at destruction).
@@ -885,10 +882,11 @@ private:
     // this rank's reads completed and before its record leaves, and the exposing rank returns
     // only once every peer's record came.
     void close_exposures() noexcept {
-        for (auto& q : peers_) {
-            for (auto& c : q.exposures) device_.close_handle(c.base);
-            q.exposures.clear();
-        }
+        for (auto& q : peers_) close_all(q.exposures);
+    }
+    void close_all(std::vector<opened_exposure>& opened) noexcept {
+        for (auto& c : opened) device_.close_handle(c.base);
+        opened.clear();
     }
 
     // A peer is at most one round ahead (it needs this rank's record of a round to leave it):
