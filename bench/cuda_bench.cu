@@ -2,7 +2,7 @@
 // cuda_bench: chorus_bench's rows for the CUDA IPC transport, float32 on device buffers.
 //
 //   chorusrun -n 4 build-cuda/bench/cuda_bench [-b 4K] [-e 1G] [-f 4]
-//                                              [--ops allreduce,allgather,broadcast,reduce_scatter,alltoall]
+//                                              [--ops allreduce,allgather,broadcast,reduce_scatter,alltoall,alltoallv]
 //                                              [--algo auto|all] [--iter-scale S]
 //
 // Rows: `op algo ranks bytes count time_us algbw_GBps busbw_GBps wrong`, with chorus_bench's
@@ -11,7 +11,8 @@
 // row is the median of the timed iterations; every output element is checked by a kernel
 // (`wrong` counts mismatches over all ranks and iterations, and must be 0). bytes as in
 // nccl-tests (allgather: the gathered output; reduce_scatter and alltoall: the whole send
-// buffer); busbw factors allreduce 2(p-1)/p, allgather, reduce_scatter and alltoall (p-1)/p,
+// buffer; alltoallv, whose blocks are equal here, as alltoall); busbw factors allreduce
+// 2(p-1)/p, allgather, reduce_scatter and alltoall(v) (p-1)/p,
 // broadcast 1. Rank 0 first prints the ceiling of the same run: device-to-device
 // cudaMemcpy on its GPU at each size (`ceiling memcpy_d2d 1 ...`, busbw = bytes / time).
 // Exits 77 without a usable GPU, 3 if any row had wrong != 0.
@@ -323,7 +324,7 @@ int main(int argc, char** argv) {
                         if (below_auto_zero_copy) run.template operator()<chorus::zero_copy>("zero_copy");
                     }
                     cudaFree(d);
-                } else if (op == "reduce_scatter" || op == "alltoall") {
+                } else if (op == "reduce_scatter" || op == "alltoall" || op == "alltoallv") {
                     bool const scatter = op == "reduce_scatter";
                     std::size_t const block = count / P;
                     if (block == 0) continue;
@@ -354,6 +355,10 @@ int main(int argc, char** argv) {
                     auto alltoall = [&]<class Algo>(char const* name) {
                         run(name, [&] { chorus::alltoall<Algo>(tp, send, std::span(out, block * P)); });
                     };
+                    std::vector<std::size_t> const counts(P, block);  // alltoallv: alltoall's blocks
+                    auto alltoallv = [&]<class Algo>(char const* name) {
+                        run(name, [&] { chorus::alltoallv<Algo>(tp, send, counts, std::span(out, block * P), counts); });
+                    };
                     bool const small = bytes <= (std::size_t{64} << 20);
                     if (scatter) {
                         reduce_scatter.template operator()<chorus::automatic>("auto");
@@ -363,6 +368,11 @@ int main(int argc, char** argv) {
                             if (small) reduce_scatter.template operator()<chorus::one_shot>("one_shot");
                             if (below_auto_zero_copy) reduce_scatter.template operator()<chorus::zero_copy>("zero_copy");
                         }
+                    } else if (op == "alltoallv") {
+                        // zero_copy at every size over CUDA IPC (the automatic row); pairwise is
+                        // what the automatic choice took before it.
+                        alltoallv.template operator()<chorus::automatic>("auto");
+                        if (all_algos) alltoallv.template operator()<chorus::pairwise>("pairwise");
                     } else {
                         alltoall.template operator()<chorus::automatic>("auto");
                         if (all_algos) {

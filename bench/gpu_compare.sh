@@ -111,7 +111,7 @@ for mode in $modes; do
         section "chorus-p$p-$mode" "$build/chorusrun" --no-prefix -n "$p" --timeout-ms 60000 "$build/bench/cuda_bench" \
             -b "$begin" -e "$end" -f "$factor" --iter-scale "$scale" --ops allreduce,allgather,broadcast,reduce_scatter,alltoall
         section "chorus-p$p-$mode-algos" "$build/chorusrun" --no-prefix -n "$p" --timeout-ms 60000 "$build/bench/cuda_bench" \
-            -b "$begin" -e 4M -f "$factor" --iter-scale "$scale" --algo all --ops allreduce,allgather,reduce_scatter,alltoall
+            -b "$begin" -e 4M -f "$factor" --iter-scale "$scale" --algo all --ops allreduce,allgather,reduce_scatter,alltoall,alltoallv
     done
     [ "$mode" = mps ] && mps_stop
 done

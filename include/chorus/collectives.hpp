@@ -49,6 +49,7 @@
 #include <chorus/algorithm/tree_reduce_scatterv.hpp>
 #include <chorus/algorithm/zero_copy_allgather.hpp>
 #include <chorus/algorithm/zero_copy_alltoall.hpp>
+#include <chorus/algorithm/zero_copy_alltoallv.hpp>
 #include <chorus/algorithm/zero_copy_broadcast.hpp>
 #include <chorus/algorithm/zero_copy_reduce_scatter.hpp>
 #include <chorus/detail/dispatch.hpp>
@@ -75,7 +76,7 @@ using allreduce_algorithms =
     algorithms<collective_kind::allreduce, ring, rabenseifner, recursive_doubling, tree, hierarchical, one_shot, two_shot>;
 using reduce_scatter_algorithms = algorithms<collective_kind::reduce_scatter, ring, tree, one_shot, zero_copy>;
 using alltoall_algorithms = algorithms<collective_kind::alltoall, pairwise, bruck, one_shot, zero_copy>;
-using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise>;
+using alltoallv_algorithms = algorithms<collective_kind::alltoallv, pairwise, zero_copy>;
 using gatherv_algorithms = algorithms<collective_kind::gatherv, linear>;
 using scatterv_algorithms = algorithms<collective_kind::scatterv, linear>;
 using allgatherv_algorithms = algorithms<collective_kind::allgatherv, ring>;
@@ -262,15 +263,16 @@ void alltoall(Transport& tp, S const& send, R&& recv) {
 
 /// Variable-size alltoall: send_counts[j] elements go to rank j, recv_counts[j] come from
 /// rank j; blocks are packed in rank order (displacements are the exclusive prefix sums).
-/// Algorithms: pairwise.
+/// Algorithms: pairwise, zero_copy (exposing_transport, which automatic picks there).
 template <class Algo = automatic, transport Transport, message_range S, count_range SendCounts,
           writable_message_range R, count_range RecvCounts>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, R&& recv, RecvCounts const& recv_counts) {
+    using T = detail::element_t<S>;
     auto in = detail::to_const_span(send);
     auto out = detail::to_span(recv);
-    detail::run_only<detail::alltoallv_algorithms, Algo, detail::element_t<S>, void>(tp, in.size_bytes(), in, send_counts,
-                                                                                      out, recv_counts);
+    detail::run_collective<Algo, detail::alltoallv_algorithms, T, void>(
+        tp, in.size_bytes(), [&] { return detail::choose_alltoallv<T>(tp); }, in, send_counts, out, recv_counts);
 }
 
 /// Variable-size alltoall with explicit displacements (element offsets) for every block.
@@ -279,10 +281,12 @@ template <class Algo = automatic, transport Transport, message_range S, count_ra
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
 void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, SendDispls const& send_displs, R&& recv,
                RecvCounts const& recv_counts, RecvDispls const& recv_displs) {
+    using T = detail::element_t<S>;
     auto in = detail::to_const_span(send);
     auto out = detail::to_span(recv);
-    detail::run_only<detail::alltoallv_algorithms, Algo, detail::element_t<S>, void>(
-        tp, in.size_bytes(), in, send_counts, send_displs, out, recv_counts, recv_displs);
+    detail::run_collective<Algo, detail::alltoallv_algorithms, T, void>(
+        tp, in.size_bytes(), [&] { return detail::choose_alltoallv<T>(tp); }, in, send_counts, send_displs, out, recv_counts,
+        recv_displs);
 }
 
 /// In-place allgather (MPI_IN_PLACE): `data` holds p blocks; block r is rank r's contribution

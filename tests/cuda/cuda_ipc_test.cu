@@ -302,9 +302,14 @@ void movements(chorus::cuda_ipc_transport& tp, tally& t, std::vector<std::size_t
             for (std::size_t k = 0; k < M; ++k) offset += count(j, k);
             for (std::size_t k = 0; k < rc[j]; ++k) want.push_back(v(static_cast<rank_t>(j), offset + k));
         }
-        device_array<T> vs(mine(st)), vr(rt);
-        chorus::alltoallv(tp, vs.span(), sc, vr.span(), rc);
-        t.compare(label("alltoallv", "pairwise", ty, "-", n), vr.get(), [&](std::size_t i) { return want[i]; }, 0);
+        auto run_alltoallv = [&]<class Algo>(char const* name) {
+            device_array<T> vs(mine(st)), vr(rt);
+            chorus::alltoallv<Algo>(tp, vs.span(), sc, vr.span(), rc);
+            t.compare(label("alltoallv", name, ty, "-", n), vr.get(), [&](std::size_t i) { return want[i]; }, 0);
+        };
+        run_alltoallv.template operator()<chorus::pairwise>("pairwise");
+        run_alltoallv.template operator()<chorus::zero_copy>("zero_copy");
+        run_alltoallv.template operator()<chorus::automatic>("auto");
 
         // point to point around the ring, and sendrecv the other way
         device_array<T> out(mine(n)), in(n);

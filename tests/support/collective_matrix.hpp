@@ -364,56 +364,63 @@ void alltoall(Tp& tp, failures& f) {
     });
 }
 
-/// alltoallv: skewed counts with zero blocks, packed and with explicit displacements
+/// alltoallv: skewed counts with zero blocks, packed and with explicit displacements, every
+/// algorithm (zero_copy where the transport exposes), ints and doubles
 template <class Tp>
 void alltoallv(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
     auto const up = static_cast<std::size_t>(p);
-    for (std::size_t n : sizes(p)) {
-        // Rank i sends count(i, j) elements to rank j: skewed, with zeros.
-        auto const count = [&](rank_t i, rank_t j) { return static_cast<std::size_t>((i * 3 + j * 5) % 4) * n; };
-        auto const element = [](rank_t i, rank_t j, std::size_t k) {
-            return static_cast<double>(i * 1000000 + j * 10000) + static_cast<double>(k);
-        };
-        namespace views = ranges::views;
-        auto const ranks = views::iota(rank_t{0}, p);
-        // This rank's block for rank j, and rank i's block for this rank, in rank order.
-        auto const block = [&](rank_t from, rank_t to) {
-            return views::iota(std::size_t{0}, count(from, to)) |
-                   views::transform([=](std::size_t k) { return element(from, to, k); });
-        };
-        auto const sc = ranks | views::transform([&](rank_t j) { return count(me, j); }) | ranges::to<std::vector>();
-        auto const rc = ranks | views::transform([&](rank_t i) { return count(i, me); }) | ranges::to<std::vector>();
-        auto const send = ranks | views::for_each([&](rank_t j) { return block(me, j); }) | ranges::to<std::vector>();
-        auto const want = ranks | views::for_each([&](rank_t i) { return block(i, me); }) | ranges::to<std::vector>();
-        std::vector<double> recv(want.size(), -1.0);
-        chorus::alltoallv(tp, send, sc, recv, rc);
-        compare(f, label("alltoallv", "pairwise", p, n, "packed"), recv, [&](std::size_t x) { return want[x]; });
+    for_each_algo<Tp, chorus::detail::alltoallv_algorithms>([&]<class Algo>() {
+        for_each_type<int, double>([&]<class T>() {
+            for (std::size_t n : sizes(p)) {
+                // Rank i sends count(i, j) elements to rank j: skewed, with zeros.
+                auto const count = [&](rank_t i, rank_t j) { return static_cast<std::size_t>((i * 3 + j * 5) % 4) * n; };
+                auto const element = [](rank_t i, rank_t j, std::size_t k) {
+                    return static_cast<T>(i * 1000000 + j * 10000 + static_cast<long long>(k));
+                };
+                namespace views = ranges::views;
+                auto const ranks = views::iota(rank_t{0}, p);
+                // This rank's block for rank j, and rank i's block for this rank, in rank order.
+                auto const block = [&](rank_t from, rank_t to) {
+                    return views::iota(std::size_t{0}, count(from, to)) |
+                           views::transform([=](std::size_t k) { return element(from, to, k); });
+                };
+                auto const sc = ranks | views::transform([&](rank_t j) { return count(me, j); }) | ranges::to<std::vector>();
+                auto const rc = ranks | views::transform([&](rank_t i) { return count(i, me); }) | ranges::to<std::vector>();
+                auto const send = ranks | views::for_each([&](rank_t j) { return block(me, j); }) | ranges::to<std::vector>();
+                auto const want = ranks | views::for_each([&](rank_t i) { return block(i, me); }) | ranges::to<std::vector>();
+                std::vector<T> recv(want.size(), T(-1));
+                chorus::alltoallv<Algo>(tp, send, sc, recv, rc);
+                compare(f, label("alltoallv", algo_name<Algo>(), p, n, type_name<T>()) + " packed", recv,
+                        [&](std::size_t x) { return want[x]; });
 
-        // Explicit displacements: receive blocks in reverse rank order with a one-element gap
-        // between them; the gaps must stay untouched.
-        std::vector<int> rd(up), rci(up);
-        int offset = 0;
-        for (rank_t i = p - 1; i >= 0; --i) {
-            rd[static_cast<std::size_t>(i)] = offset;
-            rci[static_cast<std::size_t>(i)] = static_cast<int>(count(i, me));
-            offset += rci[static_cast<std::size_t>(i)] + 1;
-        }
-        // Packed send displacements, as long: the exclusive prefix sums of the counts. (Not
-        // views::exclusive_scan: g++ 12 warns of a maybe-uninitialised member in it at -O2.)
-        std::vector<long> sd(up);
-        std::transform_exclusive_scan(sc.begin(), sc.end(), sd.begin(), 0L, std::plus<>{},
-                                      [](std::size_t c) { return static_cast<long>(c); });
-        std::vector<double> spaced(static_cast<std::size_t>(offset), -7.0);
-        chorus::alltoallv(tp, send, sc, sd, spaced, rci, rd);
-        std::vector<double> spaced_want(spaced.size(), -7.0);
-        for (rank_t i = 0; i < p; ++i)
-            for (std::size_t k = 0; k < count(i, me); ++k)
-                spaced_want[static_cast<std::size_t>(rd[static_cast<std::size_t>(i)]) + k] = element(i, me, k);
-        compare(f, label("alltoallv", "pairwise", p, n, "displacements"), spaced,
-                [&](std::size_t x) { return spaced_want[x]; });
-    }
+                // Explicit displacements: receive blocks in reverse rank order with a one-element
+                // gap between them; the gaps must stay untouched.
+                std::vector<int> rd(up), rci(up);
+                int offset = 0;
+                for (rank_t i = p - 1; i >= 0; --i) {
+                    rd[static_cast<std::size_t>(i)] = offset;
+                    rci[static_cast<std::size_t>(i)] = static_cast<int>(count(i, me));
+                    offset += rci[static_cast<std::size_t>(i)] + 1;
+                }
+                // Packed send displacements, as long: the exclusive prefix sums of the counts.
+                // (Not views::exclusive_scan: g++ 12 warns of a maybe-uninitialised member in it
+                // at -O2.)
+                std::vector<long> sd(up);
+                std::transform_exclusive_scan(sc.begin(), sc.end(), sd.begin(), 0L, std::plus<>{},
+                                              [](std::size_t c) { return static_cast<long>(c); });
+                std::vector<T> spaced(static_cast<std::size_t>(offset), T(-7));
+                chorus::alltoallv<Algo>(tp, send, sc, sd, spaced, rci, rd);
+                std::vector<T> spaced_want(spaced.size(), T(-7));
+                for (rank_t i = 0; i < p; ++i)
+                    for (std::size_t k = 0; k < count(i, me); ++k)
+                        spaced_want[static_cast<std::size_t>(rd[static_cast<std::size_t>(i)]) + k] = element(i, me, k);
+                compare(f, label("alltoallv", algo_name<Algo>(), p, n, type_name<T>()) + " displacements", spaced,
+                        [&](std::size_t x) { return spaced_want[x]; });
+            }
+        });
+    });
 }
 
 // Skewed per-rank counts with zeros: rank r's count for size n (the v-collectives).

@@ -298,6 +298,82 @@ TEST_CASE("staged protocol (host model): zero_copy broadcast, allgather, reduce_
     });
 }
 
+TEST_CASE("staged protocol (host model): zero_copy alltoallv reads each peer's block for this rank where it lies, and opens only the peers that send it something") {
+    // Skewed counts with empty blocks, and a rank (the last) that sends only to itself: it
+    // exports nothing, and no rank opens it. Packed and with explicit displacements, tagged and
+    // automatic; the counters say that nothing was staged.
+    exposure_runs([&](staged_model& tp, long fifos) {
+        rank_t const p = tp.size();
+        auto const me = tp.rank();
+        auto const up = static_cast<std::size_t>(p);
+        auto& device = tp.device();
+        auto const element = [](rank_t i, rank_t j, std::size_t k) { return i * 1000000 + j * 10000 + static_cast<int>(k); };
+        for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{1000}}) {
+            CAPTURE(n);
+            auto const count = [&](rank_t i, rank_t j) -> std::size_t {
+                if (i == p - 1) return i == j ? n : 0;
+                return static_cast<std::size_t>((i * 3 + j * 5) % 4) * n;
+            };
+            std::vector<std::size_t> sc(up), rc(up), rd(up);
+            std::vector<int> send, want;
+            long exported = 0, opened = 0;
+            for (rank_t j = 0; j < p; ++j) {
+                sc[static_cast<std::size_t>(j)] = count(me, j);
+                rc[static_cast<std::size_t>(j)] = count(j, me);
+                for (std::size_t k = 0; k < count(me, j); ++k) send.push_back(element(me, j, k));
+                if (j != me && count(me, j) > 0) exported = 1;
+                if (j != me && count(j, me) > 0) ++opened;
+            }
+            // Received blocks in reverse rank order, a gap of one element after each.
+            std::size_t offset = 0;
+            for (rank_t j = p - 1; j >= 0; --j) {
+                rd[static_cast<std::size_t>(j)] = offset;
+                offset += count(j, me) + 1;
+            }
+            std::vector<int> spaced_want(offset, -7);
+            for (rank_t j = 0; j < p; ++j) {
+                for (std::size_t k = 0; k < count(j, me); ++k) {
+                    want.push_back(element(j, me, k));
+                    spaced_want[rd[static_cast<std::size_t>(j)] + k] = element(j, me, k);
+                }
+            }
+            std::vector<std::size_t> sd(up);
+            for (std::size_t j = 1; j < up; ++j) sd[j] = sd[j - 1] + sc[j - 1];
+            for (bool automatic : {false, true}) {
+                CAPTURE(automatic);
+                std::vector<int> recv(want.size(), -1), spaced(offset, -7);
+                long const copies = device.copies, exports = device.exports, opens = device.opens;
+                if (automatic) {
+                    chorus::alltoallv(tp, send, sc, recv, rc);
+                    chorus::alltoallv(tp, send, sc, sd, spaced, rc, rd);
+                } else {
+                    chorus::alltoallv<chorus::zero_copy>(tp, send, sc, recv, rc);
+                    chorus::alltoallv<chorus::zero_copy>(tp, send, sc, sd, spaced, rc, rd);
+                }
+                CHECK(device.copies == copies);
+                CHECK(device.exports == exports + 2 * exported);
+                CHECK(device.opens == opens + 2 * opened);
+                CHECK(device.open_here == fifos);
+                CHECK(recv == want);
+                CHECK(spaced == spaced_want);
+            }
+        }
+    });
+}
+
+TEST_CASE("staged protocol (host model): zero_copy alltoallv with counts that disagree fails every rank before any copy, naming the sender") {
+    // Rank 0 sends rank 2 four elements; rank 2 expects five.
+    auto const errors = errors_of(3, [](rank_t) { return chorus::staged_config{256, 3, 1024}; }, [](staged_model& tp) {
+        std::vector<int> const sc{4, 4, 4};
+        std::vector<int> rc{4, 4, 4};
+        if (tp.rank() == 2) rc[0] = 5;
+        std::vector<float> send(12, 1.0f), recv(static_cast<std::size_t>(rc[0] + rc[1] + rc[2]), -1.0f);
+        chorus::alltoallv<chorus::zero_copy>(tp, send, sc, recv, rc);
+    });
+    for (auto const& e : errors)
+        CHECK_MESSAGE(e.find("rank 0 sends 16 bytes to rank 2, which expects 20") != std::string::npos, e);
+}
+
 TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules of messages where a rank's memory cannot be exported, on every rank alike") {
     // Rank 1 refuses: broadcast from it falls back, from another root it is not read (only the
     // root exposes its vector); the others fall back whoever refuses.
@@ -323,6 +399,11 @@ TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules o
         std::vector<long long> rs(301);
         chorus::reduce_scatter<chorus::zero_copy>(tp, all, rs);
         for (long long x : rs) REQUIRE(x == 3 * (me + 1));
+        std::vector<int> const counts{100, 200, 300};  // rank i sends counts[j] elements of value i + 1 to rank j
+        std::vector<long long> vs(600, me + 1), vr(static_cast<std::size_t>(3 * counts[static_cast<std::size_t>(me)]));
+        std::vector<int> const from(3, counts[static_cast<std::size_t>(me)]);
+        chorus::alltoallv<chorus::zero_copy>(tp, vs, counts, vr, from);
+        for (std::size_t x = 0; x < vr.size(); ++x) REQUIRE(vr[x] == static_cast<long long>(x / static_cast<std::size_t>(from[0]) + 1));
         CHECK(device.copies > copies);
         CHECK(device.open_here == opened);  // nothing opened for a round that fell back
     }, 20s);

@@ -109,13 +109,20 @@ concept direct_transport = transport<T> && requires(T& t, T const& ct, std::span
 ///   failures as `exchange`) whose block is `buffer` itself, of any size. It returns whether
 ///   every rank's buffer could be exposed (memory the device cannot export to its peers cannot
 ///   be); where not, every rank's block of the round is empty and every rank returns false.
+/// - `expose(buffer, parts, agreed, tag)` is the same round where each peer reads only a part
+///   of `buffer`: `parts[r]` (p subranges of `buffer`) is rank r's block of this rank, so a
+///   peer learns where its part lies and its size (alltoallv: a block of any size for each
+///   rank), and a peer whose part is empty maps nothing.
 /// - Until the round after the next, the peers may read the buffer: a collective that exposes
 ///   one ends with a further round (an empty `exchange`) and leaves the buffer to its caller
 ///   only once that returned; it writes into its own exposed buffer only what no peer reads then.
 template <class T>
-concept exposing_transport = direct_transport<T> && requires(T& t, std::span<std::byte const> buffer, std::uint64_t word, tag_t tag) {
-    { t.expose(buffer, word, tag) } -> std::same_as<bool>;
-};
+concept exposing_transport =
+    direct_transport<T> && requires(T& t, std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts,
+                                    std::uint64_t word, tag_t tag) {
+        { t.expose(buffer, word, tag) } -> std::same_as<bool>;
+        { t.expose(buffer, parts, word, tag) } -> std::same_as<bool>;
+    };
 
 /// An exposing_transport that also keeps buffers exposed across collectives (as NCCL's
 /// registered buffers): the peers open a registered buffer's memory once, and a collective on any

@@ -75,6 +75,11 @@ public:
     {
         return engine_->expose(buffer, agreed, tag);
     }
+    bool expose(std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts, std::uint64_t agreed, tag_t tag)
+        requires engine::can_expose
+    {
+        return engine_->expose(buffer, parts, agreed, tag);
+    }
     /// Registrations (registering_transport): a buffer every peer keeps open across collectives.
     std::uint64_t keep(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
         requires engine::can_expose

@@ -52,6 +52,7 @@ inline std::string describe_shape(std::uint64_t shape) {
     auto const root = static_cast<rank_t>((shape >> 40) & 0xffff) - 1;
     if (kind == collective_kind::deregister_buffer)  // the registration's number in place of bytes
         return std::string(kind_name(kind)) + " of registration " + std::to_string(shape & 0xffffffffff);
+    if (kind == collective_kind::alltoallv) return std::string(kind_name(kind));  // sizes differ by rank
     return std::string(kind_name(kind)) + " with " + std::to_string(shape & 0xffffffffff) + " bytes" +
            (root >= 0 ? ", root " + std::to_string(root) : std::string());
 }
@@ -90,6 +91,15 @@ public:
         requires exposing_transport<Transport>
     {
         bool const all = tp_.expose(buffer, shape_, tag_);
+        check_shapes();
+        return all;
+    }
+    /// The same, where rank r reads `parts[r]` of `buffer` only (tp.block(r) is then, on rank r,
+    /// this rank's part for it).
+    bool expose(std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts)
+        requires exposing_transport<Transport>
+    {
+        bool const all = tp_.expose(buffer, parts, shape_, tag_);
         check_shapes();
         return all;
     }

@@ -165,7 +165,24 @@ public:
     bool expose(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag)
         requires can_expose
     {
-        return expose_round(buffer, agreed, tag, 0);
+        return expose_round(buffer, {}, agreed, tag, 0);
+    }
+
+    /// expose() where each peer reads a part of `buffer` only: `parts[r]`, a subrange of it, is
+    /// rank r's block of this rank (its record carries that part's offset and size, so a rank
+    /// learns the size of every peer's block for it; a peer whose part is empty opens nothing).
+    bool expose(std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts, std::uint64_t agreed,
+                tag_t tag)
+        requires can_expose
+    {
+        if (parts.size() != static_cast<std::size_t>(size()))
+            throw invalid_argument("staged transport: an exposure in parts needs one part per rank (" + std::to_string(size()) +
+                                   "), got " + std::to_string(parts.size()));
+        for (auto const& part : parts)
+            if (!part.empty() && (std::less<>{}(part.data(), buffer.data()) ||
+                                  std::less<>{}(buffer.data() + buffer.size(), part.data() + part.size())))
+                throw invalid_argument("staged transport: an exposed part lies outside the exposed buffer");
+        return expose_round(buffer, parts, agreed, tag, 0);
     }
 
     /// A round of expose() that also registers `buffer` (registering_transport): every peer
@@ -178,7 +195,7 @@ public:
         requires can_expose
     {
         std::uint64_t const id = ++registrations_;  // every rank counts every call alike
-        return expose_round(buffer, agreed, tag, id) ? id : 0;
+        return expose_round(buffer, {}, agreed, tag, id) ? id : 0;
     }
 
     /// Ends registration `id` (0: none, a no-op on every rank): this rank closes the peers'
@@ -316,6 +333,10 @@ private:
         typename Device::handle handle;
         std::uint64_t offset;
     };
+    // What one peer reads of an exposed buffer: from `offset`, `bytes` of it.
+    struct exposed_part {
+        std::uint64_t offset, bytes;
+    };
     struct direct_record {
         enum kind_t : int { in_slot, in_place, unexported };
         std::uint64_t round = 0, bytes = 0, agreed = 0;
@@ -417,11 +438,17 @@ private:
     }
     peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
 
-    // expose() and keep(): `keeping` is the registration being made (0: none).
-    bool expose_round(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag, std::uint64_t keeping) {
+    // expose() and keep(): `parts` what each rank reads of `buffer` (empty: all of it),
+    // `keeping` the registration being made (0: none).
+    bool expose_round(std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts, std::uint64_t agreed,
+                      tag_t tag, std::uint64_t keeping) {
         throw_if_failed();
         check_device();
         std::uint64_t const round = ++round_;
+        auto const part = [&](rank_t r) { return parts.empty() ? buffer : parts[static_cast<std::size_t>(r)]; };
+        // A buffer no peer reads needs no export (an alltoallv's rank that sends only to itself).
+        bool read = keeping != 0;
+        for (rank_t r = 0; r < size() && !read; ++r) read = r != me_ && !part(r).empty();
         std::optional<exposed_at> exported;
         std::uint64_t registration = keeping;
         if (own_registration const* k = keeping == 0 ? registration_of(buffer) : nullptr) {
@@ -435,16 +462,18 @@ private:
             // collective (the round before fell back, or kept nothing) it may be another
             // allocation at the same address: queried again.
             exported = last_export_->at;
-        } else if (!buffer.empty()) {
+        } else if (read && !buffer.empty()) {
             failing_on_error([&] {
                 if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
             });
         }
         if (exported && keeping == 0) last_export_ = {round, tag, buffer, *exported};
-        bool const ok = buffer.empty() || exported.has_value();
-        publish({round, buffer.size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, buffer.data(), {},
+        bool const ok = !read || buffer.empty() || exported.has_value();
+        publish({round, part(me_).size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, part(me_).data(), {},
                  ok ? registration : 0},
-                exported);
+                exported, [&](rank_t r) {
+                    return exposed_part{static_cast<std::uint64_t>(part(r).data() - buffer.data()), part(r).size()};
+                });
         if (!std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; }))
             return false;
         // Every rank's buffer can be read: the peers' allocations are opened now, not as their
@@ -777,7 +806,9 @@ private:
     // of peers' blocks this rank enqueued, then sends each peer the record (with the buffer's
     // handle, exposed) and waits for every peer's of the same round. The peers may then reuse
     // their slots of the round before: this rank read them before. One deadline for the round.
-    void publish(direct_record own, std::optional<exposed_at> const& exported) {
+    // `part_for(r)`: where rank r's part lies in the exposed buffer (exposures only).
+    template <class PartFor = std::nullptr_t>
+    void publish(direct_record own, std::optional<exposed_at> const& exported, PartFor const& part_for = nullptr) {
         std::uint64_t const round = own.round;
         tag_t const tag = own.tag;
         std::optional<typename Device::event> completed;
@@ -797,9 +828,16 @@ private:
         failing_on_error([&] {
             for (rank_t r = 0; r < size(); ++r) {
                 if (r == me_) continue;
-                if (own.kind == direct_record::in_slot) send_control(r, record);
-                else
-                    send_exposure(r, {record, own.kind == direct_record::in_place ? 1u : 0u, exported.value_or(exposed_at{}), own.registration});
+                if constexpr (std::is_null_pointer_v<PartFor>) {
+                    send_control(r, record);
+                } else {
+                    exposure_message m{record, own.kind == direct_record::in_place ? 1u : 0u, exported.value_or(exposed_at{}),
+                                       own.registration};
+                    exposed_part const theirs = part_for(r);
+                    m.record.total = theirs.bytes;  // the peer's block: its part, where it lies
+                    m.at.offset += theirs.offset;
+                    send_exposure(r, m);
+                }
             }
         });
         auto const missing = [&]() -> rank_t {  // the first rank not heard from (or not opened)
