@@ -267,29 +267,12 @@ public:
 
     void wait(op_ptr const& op) {
         check_device();
-        auto const deadline = deadline_after(timeout_);
-        for (;;) {
-            progress();
-            if (op->done) break;
-            if (failure_) {
-                unpost(*op);
-                settle_device();
-                std::rethrow_exception(failure_);
-            }
-            if (exchanges_instead(*op)) {
-                unpost(*op);
-                op->fail(errc::size_mismatch, direct_mismatch_message(me_, op->tag, op->peer, false));
-                settle_device();
-                break;
-            }
-            if (clock::now() > deadline) {
-                unpost(*op);
-                settle_device();
-                break;
-            }
-            std::this_thread::yield();
-        }
-        conclude_wait(*op, me_, timeout_, [&](std::string const& what) { abort(what); });
+        wait_until(
+            *op, deadline_after(timeout_), [&] { return op->done && !op->failed(); },
+            [&] {
+                if (exchanges_instead(*op)) op->fail(errc::size_mismatch, direct_mismatch_message(me_, op->tag, op->peer, false));
+            },
+            [&] { unpost(*op); });
     }
 
     bool test(op_ptr const& op) {
@@ -392,12 +375,10 @@ private:
         op_ptr op;           // the send or receive the chunk belongs to (may have failed)
         unexpected_ptr staged;  // or the unexpected message it is staged into
     };
-    struct control_send {
-        std::unique_ptr<staged_control> message;
-        std::optional<control_request> request;
-    };
-    struct exposure_send {
-        std::unique_ptr<exposure_message> message;
+    // A control message in flight: it stays (its bytes at a stable address) until sent.
+    template <class Message>
+    struct pending_send {
+        std::unique_ptr<Message> message;
         std::optional<control_request> request;
     };
     struct peer_state {
@@ -407,8 +388,8 @@ private:
         std::size_t credits = 0, next_slot = 0;
         std::deque<op_ptr> sends;             // posted, not all chunks enqueued
         std::deque<chunk_copy> send_copies;   // enqueued, header not sent yet
-        std::deque<control_send> control_sends;
-        std::deque<exposure_send> exposure_sends;
+        std::deque<pending_send<staged_control>> control_sends;
+        std::deque<pending_send<exposure_message>> exposure_sends;
         // from the peer
         staged_control in{};
         std::optional<control_request> control_in;
@@ -651,8 +632,8 @@ private:
                 if (!q.said_bye) exposures();
                 progress_sends(r);
                 progress_receives(r);
-                std::erase_if(q.control_sends, [](control_send& c) { return c.request->test(); });
-                std::erase_if(q.exposure_sends, [](exposure_send& c) { return c.request->test(); });
+                std::erase_if(q.control_sends, [](auto& c) { return c.request->test(); });
+                std::erase_if(q.exposure_sends, [](auto& c) { return c.request->test(); });
             }
         } catch (error const&) {
             fail_engine();
@@ -674,10 +655,14 @@ private:
         settle_device();
     }
 
-    void send_control(rank_t to, staged_control const& m) {
-        control_send c{std::make_unique<staged_control>(m), std::nullopt};
-        c.request.emplace(control_->isend(to, control_tag, std::as_bytes(std::span(c.message.get(), 1))));
-        if (!c.request->test()) peer_of(to).control_sends.push_back(std::move(c));
+    void send_control(rank_t to, staged_control const& m) { send_on(to, control_tag, m, peer_of(to).control_sends); }
+
+    // Sends `m` on control tag `channel`; kept in `pending` until the channel took it.
+    template <class Message>
+    void send_on(rank_t to, tag_t channel, Message const& m, std::deque<pending_send<Message>>& pending) {
+        pending_send<Message> c{std::make_unique<Message>(m), std::nullopt};
+        c.request.emplace(control_->isend(to, channel, std::as_bytes(std::span(c.message.get(), 1))));
+        if (!c.request->test()) pending.push_back(std::move(c));
     }
 
     void progress_sends(rank_t r) {
@@ -870,11 +855,7 @@ private:
         }
     }
 
-    void send_exposure(rank_t to, exposure_message const& m) {
-        auto message = std::make_unique<exposure_message>(m);
-        control_request request = control_->isend(to, exposure_tag, std::as_bytes(std::span(message.get(), 1)));
-        if (!request.test()) peer_of(to).exposure_sends.push_back({std::move(message), std::move(request)});
-    }
+    void send_exposure(rank_t to, exposure_message const& m) { send_on(to, exposure_tag, m, peer_of(to).exposure_sends); }
 
     void post_exposure_receive(rank_t r) {
         peer_state& q = peer_of(r);
@@ -946,26 +927,47 @@ private:
     void wait_direct(Ready const& ready, tag_t tag, Awaited const& awaited, clock::time_point deadline) {
         message_op op;
         op.tag = tag;
+        wait_until(
+            op, deadline,
+            [&] {
+                bool ok = false;
+                failing_on_error([&] { ok = ready(); });
+                return ok;
+            },
+            [&] {
+                op.peer = awaited();
+                for (rank_t r = 0; r < size() && !op.done; ++r) {
+                    auto const& messages = peer_of(r).queue.messages();
+                    if (r != me_ && std::ranges::any_of(messages, [&](unexpected_ptr const& u) { return u->tag == tag; })) {
+                        op.peer = r;
+                        op.fail(errc::size_mismatch, direct_mismatch_message(me_, tag, r, true));
+                    }
+                }
+            },
+            [] {});
+    }
+
+    // Every wait's loop: moves messages until `ready()`. Otherwise it ends when the group failed
+    // (rethrown), `op` failed (`check()`, called while it has not, may fail it) or the deadline
+    // passed: `leave()` undoes what the wait had posted, the device settles (no copy stays queued
+    // into a buffer the caller frees while the error unwinds), and op is reported as a receive's
+    // wait reports it (its error, or the timeout naming op.peer).
+    template <class Ready, class Check, class Leave>
+    void wait_until(message_op& op, clock::time_point deadline, Ready const& ready, Check const& check, Leave const& leave) {
         for (;;) {
             progress();
-            bool ok = false;
-            failing_on_error([&] { ok = ready(); });
-            if (ok) return;
+            if (ready()) return;
+            if (op.done) break;
             if (failure_) {
+                leave();
                 settle_device();
                 std::rethrow_exception(failure_);
             }
-            op.peer = awaited();
-            for (rank_t r = 0; r < size() && !op.done; ++r) {
-                auto const& messages = peer_of(r).queue.messages();
-                if (r != me_ && std::ranges::any_of(messages, [&](unexpected_ptr const& u) { return u->tag == tag; })) {
-                    op.peer = r;
-                    op.fail(errc::size_mismatch, direct_mismatch_message(me_, tag, r, true));
-                }
-            }
+            check();
             if (op.done || clock::now() > deadline) break;
             std::this_thread::yield();
         }
+        leave();
         settle_device();
         conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(what); });
     }
