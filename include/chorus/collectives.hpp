@@ -263,7 +263,8 @@ void alltoall(Transport& tp, S const& send, R&& recv) {
 
 /// Variable-size alltoall: send_counts[j] elements go to rank j, recv_counts[j] come from
 /// rank j; blocks are packed in rank order (displacements are the exclusive prefix sums).
-/// Algorithms: pairwise, zero_copy (exposing_transport, which automatic picks there).
+/// Algorithms: pairwise, zero_copy (exposing_transport: automatic picks it there once some
+/// rank's send buffer is larger than one_shot's slot, agreed in a round of words).
 template <class Algo = automatic, transport Transport, message_range S, count_range SendCounts,
           writable_message_range R, count_range RecvCounts>
     requires std::same_as<detail::element_t<S>, detail::element_t<R>>
@@ -272,7 +273,7 @@ void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, R&& 
     auto in = detail::to_const_span(send);
     auto out = detail::to_span(recv);
     detail::run_collective<Algo, detail::alltoallv_algorithms, T, void>(
-        tp, in.size_bytes(), [&] { return detail::choose_alltoallv<T>(tp); }, in, send_counts, out, recv_counts);
+        tp, in.size_bytes(), [&] { return detail::choose_alltoallv<T>(tp, in.size_bytes()); }, in, send_counts, out, recv_counts);
 }
 
 /// Variable-size alltoall with explicit displacements (element offsets) for every block.
@@ -285,8 +286,8 @@ void alltoallv(Transport& tp, S const& send, SendCounts const& send_counts, Send
     auto in = detail::to_const_span(send);
     auto out = detail::to_span(recv);
     detail::run_collective<Algo, detail::alltoallv_algorithms, T, void>(
-        tp, in.size_bytes(), [&] { return detail::choose_alltoallv<T>(tp); }, in, send_counts, send_displs, out, recv_counts,
-        recv_displs);
+        tp, in.size_bytes(), [&] { return detail::choose_alltoallv<T>(tp, in.size_bytes()); }, in, send_counts, send_displs, out,
+        recv_counts, recv_displs);
 }
 
 /// In-place allgather (MPI_IN_PLACE): `data` holds p blocks; block r is rank r's contribution

@@ -14,15 +14,18 @@
 //      may still read it (each closes what it opened once its reads completed).
 // Cost: 2 delta + (bytes received) * beta per rank, every rank at once, each block read once,
 // where pairwise copies every block twice (into the receiver's FIFO, then into place) behind a
-// host round trip per chunk. The sizes differ by rank, so the ranks cannot choose by size
-// without a round of their own: the automatic choice takes this schedule at every size over an
-// exposing_transport (an open per peer and call unless `send` lies in a registered buffer:
-// chorus/registration.hpp).
+// host round trip per chunk; but an open per peer and call unless `send` lies in a registered
+// buffer (chorus/registration.hpp). The sizes differ by rank, so the automatic choice first
+// agrees on the largest send buffer in a round of words (choose_alltoallv below): zero_copy
+// above one_shot's slot, as the other collectives switch, pairwise's messages below.
 // Where a rank's `send` cannot be exposed (memory its device cannot export), every rank learns
-// it in round 1 and pairwise runs instead. A sender and a receiver that disagree about a block's
-// size fail the group before any copy: the receiver names the sender, the others hear its abort.
+// it in round 1 and pairwise runs instead. A receiver that finds a peer's block of another
+// size than it expects copies nothing and says so in round 2's word (it may not leave before:
+// its peers still read its `send`); every rank then fails alike, naming the sender.
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -31,6 +34,7 @@
 #include <chorus/algorithm/detail/direct.hpp>
 #include <chorus/algorithm/pairwise_alltoallv.hpp>
 #include <chorus/detail/schedule.hpp>
+#include <chorus/detail/select.hpp>
 #include <chorus/error.hpp>
 #include <chorus/ranges.hpp>
 #include <chorus/transport/concepts.hpp>
@@ -38,6 +42,14 @@
 namespace chorus {
 
 namespace detail {
+
+// Round 2's word of a receiver that found a peer's block of another size than it expects: a
+// marker no collective's shape has, the sender + 1 (16 bits), the bytes expected (40 bits).
+inline constexpr std::uint64_t wrong_block_marker = 0xff;
+constexpr std::uint64_t wrong_block(rank_t sender, std::size_t expected) noexcept {
+    return wrong_block_marker << 56 | (static_cast<std::uint64_t>(sender + 1) & 0xffff) << 40 |
+           (static_cast<std::uint64_t>(expected) & 0xffffffffff);
+}
 
 template <exposing_transport Transport, class T>
 void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::span<T> recv, alltoallv_layout const& l) {
@@ -49,21 +61,44 @@ void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::s
     direct_pieces parts(static_cast<std::size_t>(p));
     for (rank_t j = 0; j < p; ++j) parts[static_cast<std::size_t>(j)] = bytes_of(alltoallv_block(send, l.send_counts, l.send_displs, j));
     if (!round.expose(bytes_of(send), parts.all())) return alltoallv_exchange(tp, send, recv, l);
-    for (rank_t q = 0; q < p; ++q) {
-        std::size_t const got = tp.block(q).size(), want = l.recv_counts[static_cast<std::size_t>(q)] * sizeof(T);
-        if (q == me || got == want) continue;
-        std::string const what = "rank " + std::to_string(me) + ": rank " + std::to_string(q) + " sends " + std::to_string(got) +
-                                 " bytes to rank " + std::to_string(me) + ", which expects " + std::to_string(want) +
-                                 " (alltoallv: send_counts and recv_counts must agree)";
-        tp.abort(what.c_str());
-        throw transport_error(errc::size_mismatch, q, what);
-    }
-    for (rank_t q = 0; q < p; ++q) {
+    std::uint64_t verdict = 0;
+    for (rank_t q = 0; q < p && verdict == 0; ++q)
+        if (q != me && tp.block(q).size() != l.recv_counts[static_cast<std::size_t>(q)] * sizeof(T))
+            verdict = wrong_block(q, l.recv_counts[static_cast<std::size_t>(q)] * sizeof(T));
+    for (rank_t q = 0; q < p && verdict == 0; ++q) {
         auto const into = alltoallv_block(recv, l.recv_counts, l.recv_displs, q);
         if (into.empty()) continue;
         space::copy(into, q == me ? alltoallv_block(send, l.send_counts, l.send_displs, me) : direct_block<T>(tp, q));
     }
-    round.end();
+    round.end(verdict);
+    for (rank_t r = 0; r < p; ++r) {  // the first rank's verdict, on every rank
+        std::uint64_t const w = tp.agreed(r);
+        if (w >> 56 != wrong_block_marker) continue;
+        auto const sender = static_cast<rank_t>((w >> 40) & 0xffff) - 1;
+        std::string const what = "rank " + std::to_string(me) + ": rank " + std::to_string(r) + " expects " +
+                                 std::to_string(w & 0xffffffffff) + " bytes from rank " + std::to_string(sender) +
+                                 ", which sends another size (alltoallv: send_counts and recv_counts must agree)";
+        tp.abort(what.c_str());
+        throw transport_error(errc::size_mismatch, sender, what);
+    }
+}
+
+/// The automatic choice of alltoallv. Over an exposing_transport the ranks first agree on the
+/// largest send buffer of any (a round of words; its block sizes differ by rank): zero_copy
+/// above one_shot's slot, where the other collectives switch, or the opens per call would cost
+/// more than the copies they save; pairwise's messages below, and over other transports.
+template <class T, class Transport>
+choice choose_alltoallv(Transport& tp, std::size_t send_bytes) {
+    if constexpr (exposing_transport<Transport>) {
+        if (direct_aligned<T>() && tp.size() > 1) {
+            tp.exchange({}, send_bytes, begin_collective(tp, collective_kind::alltoallv));
+            std::uint64_t largest = 0;
+            for (rank_t r = 0; r < tp.size(); ++r) largest = std::max(largest, tp.agreed(r));
+            if (largest > tp.direct_bytes()) return {zero_copy::name, "ranks read each other's buffers where they lie"};
+            return {pairwise::name, "every send buffer fits one_shot's slot: no open per call"};
+        }
+    }
+    return {pairwise::name, "pairwise rounds in flight"};
 }
 
 } // namespace detail

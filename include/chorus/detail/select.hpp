@@ -257,17 +257,6 @@ choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_by
     return otherwise;
 }
 
-// Alltoallv: its block sizes differ by rank, so the ranks cannot agree on a size without a
-// round of their own; over an exposing_transport zero_copy at every size (each block read once
-// where it lies, algorithm/zero_copy_alltoallv.hpp), otherwise the pairwise messages.
-template <class T, class Transport>
-choice choose_alltoallv(Transport& tp) {
-    if constexpr (exposing_transport<Transport>) {
-        if (direct_aligned<T>() && tp.size() > 1) return {zero_copy::name, "ranks read each other's buffers where they lie"};
-    }
-    return {pairwise::name, "pairwise rounds in flight"};
-}
-
 /// The front doors' decision: the automatic choice, CHORUS_ALGO applied, logged. A bad
 /// override fails the group like any invalid argument.
 template <class Transport>

@@ -176,12 +176,13 @@ inline std::string size_mismatch_message(rank_t me, std::size_t got, rank_t src,
            "-byte receive posted for it";
 }
 
-/// Ranks that called one collective with sizes on either side of the one_shot limit: rank `me`
-/// exchanges directly (`exchanging`) while `peer` sends it messages of `tag`, or the reverse.
+/// Ranks that called one collective with sizes on either side of the one_shot limit, or with
+/// different algorithms (one exposing, one sending messages): rank `me` exchanges directly
+/// (`exchanging`) while `peer` sends it messages of `tag`, or the reverse.
 inline std::string direct_mismatch_message(rank_t me, tag_t tag, rank_t peer, bool exchanging) {
     return "rank " + std::to_string(me) + (exchanging ? " exchanges " : " waits for messages of ") + describe_tag(tag) +
-           " but rank " + std::to_string(peer) + (exchanging ? " sends it messages" : " exchanges it directly (one_shot)") +
-           ": the ranks called it with different sizes";
+           " but rank " + std::to_string(peer) + (exchanging ? " sends it messages" : " exchanges it directly") +
+           ": the ranks called it with different sizes, or run different algorithms of it (CHORUS_ALGO must agree)";
 }
 
 /// The error text when `src` sent a message of another collective than the one `me` is in.

@@ -105,8 +105,10 @@ public:
     }
 
     /// The last round of a collective that exposed buffers, empty: once it returned, no peer
-    /// reads them any more.
-    void end() { tp_.exchange({}, shape_, tag_); }
+    /// reads them any more. `verdict` (0: none, the shape goes) replaces this rank's agreed
+    /// word of the round, which every rank reads with tp.agreed(r) once it returned: what a
+    /// rank found wrong while the others read its buffer, told once none reads it any more.
+    void end(std::uint64_t verdict = 0) { tp_.exchange({}, verdict == 0 ? shape_ : verdict, tag_); }
 
     /// A round of expose() that registers `buffer` (registering_transport): its number, or 0 on
     /// every rank where some rank's could not be exposed.

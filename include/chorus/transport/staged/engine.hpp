@@ -453,7 +453,8 @@ private:
         publish({round, part(me_).size(), agreed, tag, ok ? direct_record::in_place : direct_record::unexported, part(me_).data(), {},
                  ok ? registration : 0},
                 exported, [&](rank_t r) {
-                    return exposed_part{static_cast<std::uint64_t>(part(r).data() - buffer.data()), part(r).size()};
+                    auto const mine = part(r);  // an empty part may point anywhere
+                    return exposed_part{mine.empty() ? 0 : static_cast<std::uint64_t>(mine.data() - buffer.data()), mine.size()};
                 });
         if (!std::ranges::all_of(peers_, [&](peer_state const& q) { return q.direct[round & 1].kind != direct_record::unexported; }))
             return false;
