@@ -2,7 +2,7 @@
 // cuda_bench: chorus_bench's rows for the CUDA IPC transport, float32 on device buffers.
 //
 //   chorusrun -n 4 build-cuda/bench/cuda_bench [-b 4K] [-e 1G] [-f 4]
-//                                              [--ops allreduce,allgather,broadcast,reduce_scatter,alltoall,alltoallv]
+//                                              [--ops allreduce,allgather,broadcast,reduce_scatter,alltoall,alltoallv,sendrecv]
 //                                              [--algo auto|all] [--iter-scale S]
 //
 // Rows: `op algo ranks bytes count time_us algbw_GBps busbw_GBps wrong`, with chorus_bench's
@@ -11,9 +11,11 @@
 // row is the median of the timed iterations; every output element is checked by a kernel
 // (`wrong` counts mismatches over all ranks and iterations, and must be 0). bytes as in
 // nccl-tests (allgather: the gathered output; reduce_scatter and alltoall: the whole send
-// buffer; alltoallv, whose blocks are equal here, as alltoall); busbw factors allreduce
-// 2(p-1)/p, allgather, reduce_scatter and alltoall(v) (p-1)/p,
-// broadcast 1. Rank 0 first prints the ceiling of the same run: device-to-device
+// buffer; alltoallv, whose blocks are equal here, as alltoall; sendrecv: the message each rank
+// sends its successor on the ring and receives from its predecessor); busbw factors allreduce
+// 2(p-1)/p, allgather, reduce_scatter and alltoall(v) (p-1)/p, broadcast and sendrecv 1.
+// sendrecv's rows name the way its messages took: `rendezvous` (one copy, from the sender's
+// buffer) or `chunks` (through the FIFOs), as CHORUS_CUDA_RENDEZVOUS_BYTES decides. Rank 0 first prints the ceiling of the same run: device-to-device
 // cudaMemcpy on its GPU at each size (`ceiling memcpy_d2d 1 ...`, busbw = bytes / time).
 // Exits 77 without a usable GPU, 3 if any row had wrong != 0.
 
@@ -369,8 +371,7 @@ int main(int argc, char** argv) {
                             if (below_auto_zero_copy) reduce_scatter.template operator()<chorus::zero_copy>("zero_copy");
                         }
                     } else if (op == "alltoallv") {
-                        // zero_copy at every size over CUDA IPC (the automatic row); pairwise is
-                        // what the automatic choice took before it.
+                        // The automatic row: zero_copy above one_shot's slot, pairwise below.
                         alltoallv.template operator()<chorus::automatic>("auto");
                         if (all_algos) alltoallv.template operator()<chorus::pairwise>("pairwise");
                     } else {
@@ -382,6 +383,24 @@ int main(int argc, char** argv) {
                             if (below_auto_zero_copy) alltoall.template operator()<chorus::zero_copy>("zero_copy");
                         }
                     }
+                    cudaFree(in);
+                    cudaFree(out);
+                } else if (op == "sendrecv") {
+                    float *in = nullptr, *out = nullptr;
+                    cuda_ok(cudaMalloc(&in, count * sizeof(float)), "cudaMalloc");
+                    cuda_ok(cudaMalloc(&out, count * sizeof(float)), "cudaMalloc");
+                    rank_t const next = (me + 1) % p, prev = (me + p - 1) % p;
+                    bool const rendezvous = p > 1 && tp.rendezvous_bytes() != 0 && bytes >= tp.rendezvous_bytes();
+                    reset_wrong();
+                    double const us = b.time(
+                        2, iters,
+                        [&] {
+                            fill<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block>>>(out, count, me, 0);
+                            fill_constant<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block>>>(in, count, -1.0f);
+                        },
+                        [&] { chorus::sendrecv(tp, next, std::span<float const>(out, count), prev, std::span(in, count), 5); },
+                        [&] { check<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(in, count, p, 2, 0, prev, wrong); });
+                    row("sendrecv", rendezvous ? "rendezvous" : "chunks", bytes, count, us, 1.0, b.total_wrong(), p);
                     cudaFree(in);
                     cudaFree(out);
                 } else {

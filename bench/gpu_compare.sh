@@ -17,10 +17,12 @@
 #   GPU_RANKS       "2 4"        GPU_MODES  "mps nomps"   GPU_ITER_SCALE 0.3
 #   GPU_BEGIN       8            GPU_END    1G            GPU_FACTOR 4
 #   GPU_STEP_S      40 (each program's limit: 12 programs by default, so that even a run whose
-#                   every program hangs ends within one 10-minute device command)
+#                   every program hangs ends within one 10-minute device command; the 4 point-to-
+#                   point programs, MPS mode only, have half of it each)
 # Writes to OUT_DIR: compare.txt (every raw row of both, nccl-tests columns, each program's rows
 # under a "# ---- probe-p2-mps" / "# ---- chorus-p2-mps" line; the probe's algos end in _ipc,
-# chorus's are `auto` and, up to 4 MiB, its named algorithms), ratios.txt (chorus auto against
+# chorus's are `auto` and, up to 4 MiB, its named algorithms; sendrecv's are `rendezvous` or
+# `chunks`, under "# ---- chorus-p2-mps-p2p1" and "-p2p0"), ratios.txt (chorus auto against
 # the probe's best row of the same op, size, ranks and mode), compare-busbw.png (with gnuplot).
 # MPS is started by this script (as root) and stopped again; an MPS daemon already running is
 # left alone for the "mps" mode and the "nomps" mode is then skipped, saying so.
@@ -112,6 +114,13 @@ for mode in $modes; do
             -b "$begin" -e "$end" -f "$factor" --iter-scale "$scale" --ops allreduce,allgather,broadcast,reduce_scatter,alltoall
         section "chorus-p$p-$mode-algos" "$build/chorusrun" --no-prefix -n "$p" --timeout-ms 60000 "$build/bench/cuda_bench" \
             -b "$begin" -e 4M -f "$factor" --iter-scale "$scale" --algo all --ops allreduce,allgather,reduce_scatter,alltoall,alltoallv
+        # Point to point around the ring (MPS only): every size by rendezvous, then every size
+        # in chunks through the FIFOs.
+        [ "$mode" = mps ] || continue
+        for way in 1 0; do
+            limit=$((limit / 2)) section "chorus-p$p-$mode-p2p$way" env CHORUS_CUDA_RENDEZVOUS_BYTES=$way "$build/chorusrun" --no-prefix -n "$p" \
+                --timeout-ms 60000 "$build/bench/cuda_bench" -b "$begin" -e "$end" -f "$factor" --iter-scale "$scale" --ops sendrecv
+        done
     done
     [ "$mode" = mps ] && mps_stop
 done

@@ -372,10 +372,11 @@ int matrix() {
     movements<std::int32_t>(tp, t, sizes);
     movements<double>(tp, t, sizes);
     movements<__half>(tp, t, sizes);
-    // Messages of more chunks than a FIFO has slots (with the default 4 MiB chunks the ring
-    // allreduce's are one chunk each, so only point to point gets here): 24 MiB + 12 bytes to
-    // the next rank, arriving before its receive is posted (staged as unexpected, chunk by
-    // chunk), and the same to this rank itself, through its own FIFO.
+    // Point to point of 24 MiB + 12 bytes, above the default rendezvous size (16 MiB): to the
+    // next rank, arriving before its receive is posted (copied from the sender's buffer into
+    // staging at once, so that the send completes), then with the receive posted first (one
+    // copy, into it); to this rank itself through its own FIFO, in more chunks than it has
+    // slots; and at the end from a stream-ordered pool, which CUDA IPC cannot share (chunks).
     {
         std::size_t const n = (std::size_t{24} << 20) / sizeof(float) + 3;
         auto const pattern = [](rank_t r, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(r) * 7919 + i) % 65536); };
@@ -388,6 +389,15 @@ int matrix() {
         chorus::recv(tp, prev, from_prev.span(), 7);
         s.wait();
         t.compare("send/recv float 24 MiB from rank-1, unexpected", from_prev.get(), [&](std::size_t i) { return pattern(prev, i); }, 0);
+        {
+            device_array<float> posted_first(n);
+            auto r = chorus::irecv(tp, prev, posted_first.span(), 9);
+            chorus::barrier(tp);
+            chorus::send(tp, (tp.rank() + 1) % p, out.span(), 9);
+            r.wait();
+            t.compare("send/recv float 24 MiB from rank-1, receive posted first", posted_first.get(),
+                      [&](std::size_t i) { return pattern(prev, i); }, 0);
+        }
         chorus::sendrecv(tp, tp.rank(), out.span(), tp.rank(), from_self.span(), 8);
         t.compare("sendrecv float 24 MiB to self", from_self.get(), [&](std::size_t i) { return pattern(tp.rank(), i); }, 0);
 
@@ -454,6 +464,9 @@ int matrix() {
         load(std::span<float>(pooled, n), values);
         chorus::allreduce<chorus::two_shot>(tp, std::span<float>(pooled, n), chorus::sum{});
         t.compare("allreduce<two_shot> float sum 24 MiB, rank 0's from cudaMallocAsync (the ring instead)", read(std::span<float const>(pooled, n)), want, 1e-6);
+        // Rank 0's pool memory in chunks, the others' by rendezvous: every rank receives the sum.
+        chorus::sendrecv(tp, (tp.rank() + 1) % p, std::span<float const>(pooled, n), prev, from_prev.span(), 11);
+        t.compare("sendrecv float 24 MiB, rank 0's from cudaMallocAsync (through the FIFO)", from_prev.get(), want, 1e-6);
         if (tp.rank() == 0) check_cuda(cudaFreeAsync(pooled, nullptr), "cudaFreeAsync");
         else check_cuda(cudaFree(pooled), "cudaFree");
     }

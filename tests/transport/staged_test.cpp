@@ -33,9 +33,10 @@ using namespace std::chrono_literals;
 namespace {
 
 /// The staged protocol over the host model with FIFOs of 3 slots of 256 bytes (messages of
-/// more than 768 bytes wait for credits, and most messages are several chunks) and direct
-/// slots of 1 KiB (one_shot collectives of the matrix's large size take dozens of rounds), its
-/// control channel a loopback group. A rank that throws aborts its transport before destroying it, so
+/// more than 768 bytes wait for credits, and most messages are several chunks), direct
+/// slots of 1 KiB (one_shot collectives of the matrix's large size take dozens of rounds) and
+/// messages of 2 KiB or more by rendezvous (the matrix's large ones), its control channel a
+/// loopback group (tcp_test.cpp runs the suite with chunks alone). A rank that throws aborts its transport before destroying it, so
 /// that the others fail at once instead of waiting for its goodbye.
 using staged_model = chorus::staged_transport<testing_support::host_model_device, chorus::loopback_transport>;
 static_assert(chorus::transport<staged_model>);
@@ -47,7 +48,7 @@ static_assert(chorus::control_transport<chorus::loopback_transport>);
 struct staged_runner {
     template <class Fn>
     static void run(rank_t p, Fn&& fn, std::chrono::milliseconds timeout) {
-        run_with(p, [](rank_t) { return chorus::staged_config{256, 3, 1024}; }, fn, timeout);
+        run_with(p, [](rank_t) { return chorus::staged_config{256, 3, 1024, 2048}; }, fn, timeout);
     }
     /// Rank r's transport (a Model) configured as config_of(r).
     template <class Model = staged_model, class Config, class Fn>
@@ -616,42 +617,176 @@ TEST_CASE("staged protocol (host model): ranks whose FIFOs or slots differ in si
 }
 
 TEST_CASE("staged protocol (host model): messages of many chunks, unexpected and late, stay whole and in order") {
-    staged_runner::run(3, [](staged_model& tp) {
-        rank_t const me = tp.rank(), p = tp.size();
-        auto const word = [](rank_t from, rank_t to, std::size_t k, std::size_t i) {
-            return static_cast<std::uint32_t>(static_cast<std::size_t>(from) * 100000 + static_cast<std::size_t>(to) * 10000 + k * 1000 + i);
-        };
-        // Every rank sends 5 messages per peer (sizes around the slot and FIFO sizes) before
-        // receiving any: all but the first FIFO-full of each are staged as unexpected.
-        std::vector<std::size_t> const sizes{0, 1, 255, 257, 3000};
-        std::vector<std::vector<std::uint32_t>> out;
-        std::vector<staged_model::request> sends;
-        for (rank_t peer = 0; peer < p; ++peer)
-            for (std::size_t k = 0; k < sizes.size(); ++k) {
-                auto& v = out.emplace_back(sizes[k]);
-                for (std::size_t i = 0; i < v.size(); ++i) v[i] = word(me, peer, k, i);
-            }
-        std::size_t m = 0;
-        for (rank_t peer = 0; peer < p; ++peer)
-            for (std::size_t k = 0; k < sizes.size(); ++k, ++m)
-                sends.push_back(tp.isend(peer, 40 + k % 2, conformance::bytes(out[m])));
-        // Receive in reverse peer order, odd tags first: matching must follow (sender, tag).
-        for (rank_t peer = p - 1; peer >= 0; --peer)
-            for (std::size_t parity : {1u, 0u})
+    // Through the FIFOs alone, then with the messages of 1 KiB or more by rendezvous among them
+    // (one tag holds both kinds: the rendezvous must keep its place in the sender's order).
+    for (std::size_t const rendezvous : {std::size_t{0}, std::size_t{1024}}) {
+        CAPTURE(rendezvous);
+        staged_runner::run_with(3, [&](rank_t) { return chorus::staged_config{256, 3, 1024, rendezvous}; }, [](staged_model& tp) {
+            rank_t const me = tp.rank(), p = tp.size();
+            auto const word = [](rank_t from, rank_t to, std::size_t k, std::size_t i) {
+                return static_cast<std::uint32_t>(static_cast<std::size_t>(from) * 100000 + static_cast<std::size_t>(to) * 10000 + k * 1000 + i);
+            };
+            // Every rank sends 5 messages per peer (sizes around the slot and FIFO sizes) before
+            // receiving any: all but the first FIFO-full of each are staged as unexpected.
+            std::vector<std::size_t> const sizes{0, 1, 255, 257, 3000};
+            std::vector<std::vector<std::uint32_t>> out;
+            std::vector<staged_model::request> sends;
+            for (rank_t peer = 0; peer < p; ++peer)
                 for (std::size_t k = 0; k < sizes.size(); ++k) {
-                    if (k % 2 != parity) continue;
-                    std::vector<std::uint32_t> in(sizes[k]);
-                    tp.irecv(peer, 40 + k % 2, conformance::bytes(in)).wait();
-                    for (std::size_t i = 0; i < in.size(); ++i)
-                        if (in[i] != word(peer, me, k, i))
-                            throw std::runtime_error("message " + std::to_string(k) + " from " + std::to_string(peer) + " wrong at " + std::to_string(i));
+                    auto& v = out.emplace_back(sizes[k]);
+                    for (std::size_t i = 0; i < v.size(); ++i) v[i] = word(me, peer, k, i);
                 }
-        for (auto& s : sends) s.wait();
-        CHECK(tp.device().copies > 0);
-        CHECK(testing_support::host_model_device::open_handles.load() > 0);
+            std::size_t m = 0;
+            for (rank_t peer = 0; peer < p; ++peer)
+                for (std::size_t k = 0; k < sizes.size(); ++k, ++m)
+                    sends.push_back(tp.isend(peer, 40 + k % 2, conformance::bytes(out[m])));
+            // Receive in reverse peer order, odd tags first: matching must follow (sender, tag).
+            for (rank_t peer = p - 1; peer >= 0; --peer)
+                for (std::size_t parity : {1u, 0u})
+                    for (std::size_t k = 0; k < sizes.size(); ++k) {
+                        if (k % 2 != parity) continue;
+                        std::vector<std::uint32_t> in(sizes[k]);
+                        tp.irecv(peer, 40 + k % 2, conformance::bytes(in)).wait();
+                        for (std::size_t i = 0; i < in.size(); ++i)
+                            if (in[i] != word(peer, me, k, i))
+                                throw std::runtime_error("message " + std::to_string(k) + " from " + std::to_string(peer) + " wrong at " + std::to_string(i));
+                    }
+            for (auto& s : sends) s.wait();
+            CHECK(tp.device().copies > 0);
+            CHECK(testing_support::host_model_device::open_handles.load() > 0);
+        }, 20s);
+        // Every rank closed the FIFOs it had opened (in its destructor, before the goodbye).
+        CHECK(testing_support::host_model_device::open_handles.load() == 0);
+    }
+}
+
+TEST_CASE("staged protocol (host model): a message of rendezvous_bytes or more is copied once, from the sender's buffer where it lies") {
+    using device = testing_support::host_model_device;
+    auto const config = [](rank_t) { return chorus::staged_config{256, 3, 1024, 4096}; };
+    std::size_t const n = 3001;  // 12004 bytes: 47 chunks through the FIFO
+    auto const payload = [](std::size_t k, std::size_t i) { return static_cast<std::uint32_t>(k * 100000 + i); };
+    auto const fill = [&](std::span<std::uint32_t> v, std::size_t k) {
+        for (std::size_t i = 0; i < v.size(); ++i) v[i] = payload(k, i);
+    };
+    auto const right = [&](std::span<std::uint32_t const> v, std::size_t k) {
+        for (std::size_t i = 0; i < v.size(); ++i)
+            if (v[i] != payload(k, i)) return false;
+        return true;
+    };
+    // A word on the control channel (a tag the engine does not use): orders the ranks' steps
+    // without moving anything through the engine.
+    auto const signal = [](staged_model& tp, rank_t to) {
+        std::uint32_t word = 1;
+        chorus::send(tp.control(), to, std::span(&word, 1), 99);
+    };
+    auto const await = [](staged_model& tp, rank_t from) {
+        std::uint32_t word = 0;
+        chorus::recv(tp.control(), from, std::span(&word, 1), 99);
+    };
+    long const open_before = device::open_handles.load();
+    staged_runner::run_with(2, config, [&](staged_model& tp) {
+        auto& d = tp.device();
+        chorus::barrier(tp);  // every FIFO opened: what stays open
+        long const fifos = d.open_here;
+        std::vector<std::uint32_t> out(n), in(n);
+        // 1. The receive posted first: the receiver copies once, into it; the sender copies nothing.
+        if (tp.rank() == 0) {
+            fill(out, 1);
+            await(tp, 1);
+            long const copies = d.copies, exports = d.exports;
+            chorus::send(tp, 1, std::span<std::uint32_t const>(out), 5);
+            CHECK(d.copies == copies);
+            CHECK(d.exports == exports + 1);
+        } else {
+            long const copies = d.copies, opens = d.opens;
+            auto r = tp.irecv(0, 5, conformance::bytes(in));
+            signal(tp, 0);
+            r.wait();
+            CHECK(d.copies == copies + 1);
+            CHECK(d.opens == opens + 1);
+            CHECK(d.open_here == fifos);  // closed once copied
+            CHECK(right(in, 1));
+        }
+        // 2. Before its receive is posted: pulled into staging while the receiver waits for
+        // something else, so that the send completes without the receive.
+        if (tp.rank() == 0) {
+            fill(out, 2);
+            chorus::send(tp, 1, std::span<std::uint32_t const>(out), 6);  // returns: rank 1 has not posted tag 6
+            std::uint32_t after = 42;
+            chorus::send(tp, 1, std::span(&after, 1), 7);
+        } else {
+            std::uint32_t after = 0;
+            chorus::recv(tp, 0, std::span(&after, 1), 7);
+            CHECK(after == 42);
+            std::ranges::fill(in, 0u);
+            chorus::recv(tp, 0, std::span(in), 6);
+            CHECK(right(in, 2));
+            CHECK(d.open_here == fifos);
+        }
+        // 3. From memory the device cannot export: through the FIFO, nothing opened.
+        if (tp.rank() == 0) {
+            fill(out, 3);
+            d.refuse_export = true;
+            long const copies = d.copies;
+            chorus::send(tp, 1, std::span<std::uint32_t const>(out), 8);
+            CHECK(d.copies == copies + 47);
+            d.refuse_export = false;
+        } else {
+            long const opens = d.opens;
+            chorus::recv(tp, 0, std::span(in), 8);
+            CHECK(d.opens == opens);
+            CHECK(right(in, 3));
+        }
+        // 4. From a registered buffer: no export, no open (every peer keeps it open).
+        std::vector<std::uint32_t> arena(n + 10);
+        auto const reg = chorus::register_buffer(tp, arena);
+        CHECK(reg.kept());
+        long const kept = d.open_here;
+        for (std::size_t k = 4; k < 7; ++k) {
+            if (tp.rank() == 0) {
+                fill(std::span(arena).subspan(10), k);
+                long const exports = d.exports;
+                chorus::send(tp, 1, std::span<std::uint32_t const>(arena).subspan(10), 9);
+                CHECK(d.exports == exports);
+            } else {
+                long const opens = d.opens, copies = d.copies;
+                chorus::recv(tp, 0, std::span(in), 9);
+                CHECK(d.opens == opens);
+                CHECK(d.copies == copies + 1);
+                CHECK(right(in, k));
+            }
+        }
+        CHECK(d.open_here == kept);
+        chorus::deregister_buffer(tp, reg);
+        CHECK(d.open_here == fifos);
+        // 5. To itself: through its own FIFO, nothing exported.
+        long const exports = d.exports;
+        fill(out, 7);
+        chorus::sendrecv(tp, tp.rank(), std::span<std::uint32_t const>(out), tp.rank(), std::span(in), 10);
+        CHECK(d.exports == exports);
+        CHECK(right(in, 7));
     }, 20s);
-    // Every rank closed the FIFOs it had opened (in its destructor, before the goodbye).
-    CHECK(testing_support::host_model_device::open_handles.load() == 0);
+    CHECK(device::open_handles.load() == open_before);
+
+    // A receive of another size: the receiver fails naming the sender and copies nothing, the
+    // sender fails with the group; nothing stays open.
+    std::mutex mutex;
+    std::vector<std::string> errors(2);
+    staged_runner::run_with(2, config, [&](staged_model& tp) {
+        std::vector<std::uint32_t> v(tp.rank() == 0 ? n : n - 1);
+        try {
+            if (tp.rank() == 0) chorus::send(tp, 1, std::span<std::uint32_t const>(v), 5);
+            else chorus::recv(tp, 0, std::span(v), 5);
+            chorus::barrier(tp);
+        } catch (chorus::error const& e) {
+            std::lock_guard lock(mutex);
+            errors[static_cast<std::size_t>(tp.rank())] = e.what();
+        }
+    }, 20s);
+    CHECK_MESSAGE(errors[1].find("rank 0") != std::string::npos, errors[1]);
+    CHECK_MESSAGE(errors[1].find("12004") != std::string::npos, errors[1]);
+    CHECK_MESSAGE(!errors[0].empty(), errors[0]);
+    CHECK(device::open_handles.load() == open_before);
 }
 
 TEST_CASE("staged protocol (host model): a device error or a wrong current device fails the collective on every rank, with its text") {

@@ -493,6 +493,14 @@ struct cuda_ipc_options {
     /// per peer, the peers reading the slot in place and folding in one kernel; 0: none.
     /// Not yet measured on a GPU: see docs/algorithms.md#one_shot-over-cuda-ipc.
     std::size_t direct_bytes = std::size_t{1} << 20;
+    /// Messages to another rank of at least this many bytes, in memory CUDA IPC shares
+    /// (cudaMalloc), go by rendezvous: the receiver opens the sender's allocation and copies
+    /// the message once, into its receive buffer, where the FIFO takes two copies and a control
+    /// message each way per chunk (staged/protocol.hpp). Each costs an IPC open and close unless
+    /// the buffer is registered (chorus::register_buffer); the default, the FIFO's depth
+    /// (slots x chunk), leaves the ring's 4 MiB messages to the FIFO. 0: never. Not yet
+    /// measured on a GPU (cuda_bench --ops sendrecv names the way each row took).
+    std::size_t rendezvous_bytes = std::size_t{16} << 20;
 };
 
 struct cuda_ipc_config {
@@ -531,13 +539,13 @@ public:
     /// With CHORUS_DEBUG set, every rank says on stderr which GPU it took and in which mode
     /// the GPU runs (MPS, how many devices), where the choice of schedules depends on them.
     explicit cuda_ipc_transport(shm_transport&& control, cuda_ipc_options options = {})
-        : base(std::move(control), staged_config{options.chunk, options.slots, options.direct_bytes},
+        : base(std::move(control), staged_config{options.chunk, options.slots, options.direct_bytes, options.rendezvous_bytes},
                detail::cuda_ipc_device(detail::cuda_pick_device(options.device, control.local_rank()))) {
         if (detail::debug_enabled()) describe(options);
     }
 
-    /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES, CHORUS_CUDA_SLOTS and
-    /// CHORUS_CUDA_DIRECT_BYTES.
+    /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES, CHORUS_CUDA_SLOTS,
+    /// CHORUS_CUDA_DIRECT_BYTES and CHORUS_CUDA_RENDEZVOUS_BYTES.
     static cuda_ipc_options options_from_env() {
         detail::env_reader const env("cuda_ipc_transport::from_env");
         cuda_ipc_options o;
@@ -546,6 +554,8 @@ public:
         o.slots = static_cast<std::size_t>(env.number_at_least("CHORUS_CUDA_SLOTS", 1, static_cast<long long>(o.slots)));
         o.direct_bytes = static_cast<std::size_t>(
             env.number_at_least("CHORUS_CUDA_DIRECT_BYTES", 0, static_cast<long long>(o.direct_bytes)));
+        o.rendezvous_bytes = static_cast<std::size_t>(
+            env.number_at_least("CHORUS_CUDA_RENDEZVOUS_BYTES", 0, static_cast<long long>(o.rendezvous_bytes)));
         return o;
     }
     /// The launcher's variables (tcp_config_from_env), options_from_env() and the shared
@@ -584,9 +594,9 @@ private:
         bool const mps = ::access((pipe + "/control").c_str(), F_OK) == 0;
         std::fprintf(stderr,
                      "chorus: rank %d/%d cuda_ipc on GPU %d of %d (%s); MPS %s (%s/control); one_shot up to %zu bytes, "
-                     "FIFOs %zu x %zu bytes per peer; control through shared memory\n",
+                     "FIFOs %zu x %zu bytes per peer, rendezvous from %zu bytes (0: never); control through shared memory\n",
                      rank(), size(), device_ordinal(), devices, prop.name, mps ? "on" : "off: kernels of the ranks sharing a GPU are time-sliced",
-                     pipe.c_str(), options.direct_bytes, options.slots, options.chunk);
+                     pipe.c_str(), options.direct_bytes, options.slots, options.chunk, options.rendezvous_bytes);
     }
 
     static shm_config with_timeout(shm_config c, std::chrono::milliseconds timeout) noexcept {

@@ -12,7 +12,9 @@
 // With staged_config::direct_bytes it is a direct_transport too: blocks of the one_shot
 // collectives are copied into a slot of the rank's own memory and read by the peers where
 // they lie (protocol.hpp). Where the device exports a caller's memory it is an
-// exposing_transport: the peers read the caller's buffer itself (two_shot).
+// exposing_transport: the peers read the caller's buffer itself (two_shot, zero_copy), and
+// large messages go by rendezvous (staged_config::rendezvous_bytes): the receiver copies them
+// once, from the sender's buffer.
 
 #include <chrono>
 #include <cstddef>
@@ -64,6 +66,9 @@ public:
     /// The direct exchange (transport/concepts.hpp, direct_transport): blocks of up to
     /// direct_bytes() in device memory, read by the peers in place; direct_bytes() 0: none.
     std::size_t direct_bytes() const noexcept { return engine_->direct_bytes(); }
+    /// Messages to another rank of at least this many bytes go by rendezvous where the device
+    /// exports their memory (staged_config::rendezvous_bytes); 0: none.
+    std::size_t rendezvous_bytes() const noexcept { return engine_->rendezvous_bytes(); }
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
         engine_->exchange(pieces, agreed, tag);
     }

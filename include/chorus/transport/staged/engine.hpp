@@ -14,7 +14,8 @@
 //
 // Direct exchanges (exchange(), block(), agreed(): the one_shot collectives) follow protocol.hpp:
 // a block is copied into this rank's slot, announced by a control record, and read by the
-// peers where it lies.
+// peers where it lies. So do rendezvous messages (staged_config::rendezvous_bytes): the
+// receiver copies them once from the sender's buffer.
 
 #include <algorithm>
 #include <array>
@@ -52,7 +53,7 @@ public:
     /// engine uses its tags 1, 2 and 3). Starts the exchange of FIFO handles with every peer.
     staged_engine(Control&& control, staged_config config, Device device)
         : device_(std::move(device)), chunk_(config.chunk), slots_(config.slots), direct_bytes_(config.direct_bytes),
-          timeout_(control.timeout()) {
+          rendezvous_bytes_(config.rendezvous_bytes), timeout_(control.timeout()) {
         if (chunk_ == 0 || slots_ == 0) throw invalid_argument("staged transport: chunk and slots must be positive");
         control_.emplace(std::move(control));
         me_ = control_->rank();
@@ -128,6 +129,7 @@ public:
 
     /// The largest block of a direct exchange; 0: none.
     std::size_t direct_bytes() const noexcept { return direct_bytes_; }
+    std::size_t rendezvous_bytes() const noexcept { return can_expose ? rendezvous_bytes_ : 0; }
 
     /// One round of the direct exchange (transport/concepts.hpp, direct_transport): copies the
     /// concatenation of `pieces` into this rank's slot of the round, and once the copy
@@ -374,6 +376,14 @@ private:
         staged_control header;
         op_ptr op;           // the send or receive the chunk belongs to (may have failed)
         unexpected_ptr staged;  // or the unexpected message it is staged into
+        void* opened = nullptr;  // a rendezvous received: the sender's allocation, closed once copied
+    };
+    // A rendezvous message's number and where its bytes lie, as its record said (the sender's
+    // registration holding them, or 0).
+    struct rendezvous_record {
+        std::uint64_t number;
+        exposed_at at;
+        std::uint64_t registration;
     };
     // A control message in flight: it stays (its bytes at a stable address) until sent.
     template <class Message>
@@ -390,6 +400,9 @@ private:
         std::deque<chunk_copy> send_copies;   // enqueued, header not sent yet
         std::deque<pending_send<staged_control>> control_sends;
         std::deque<pending_send<exposure_message>> exposure_sends;
+        std::deque<exposure_message> rendezvous_out;  // the records of the rendezvous in send_copies
+        std::deque<std::pair<std::uint64_t, op_ptr>> delivering;  // rendezvous sent, not delivered yet
+        std::uint64_t rendezvous_sent = 0;
         // from the peer
         staged_control in{};
         std::optional<control_request> control_in;
@@ -405,6 +418,7 @@ private:
         std::optional<control_request> exposure_in;
         std::vector<opened_exposure> exposures;  // the peer's allocations open here for a collective
         std::vector<opened_exposure> kept;       // and for its registrations
+        std::deque<rendezvous_record> rendezvous_in;  // records whose header is still to come
     };
 
     std::size_t region_bytes() const noexcept { return chunk_ * slots_; }
@@ -557,7 +571,10 @@ private:
     // The events and staging buffers still held for this peer (at destruction).
     void release_device_state(peer_state& q) noexcept {
         for (auto& c : q.send_copies) device_.release(c.event);
-        for (auto& c : q.recv_copies) device_.release(c.event);
+        for (auto& c : q.recv_copies) {
+            device_.release(c.event);
+            if (c.opened) device_.close_handle(c.opened);
+        }
         for (auto& u : q.queue.messages()) {
             if (u->drain) device_.release(*u->drain);
             if (u->buffer) device_.release(u->buffer);
@@ -617,9 +634,7 @@ private:
                 peer_state& q = peer_of(r);
                 open_peer(r);
                 auto const exposures = [&] {
-                    while (q.exposure_in && q.exposure_in->test()) {
-                        on_exposure(r, q.exposure_in_message);
-                        post_exposure_receive(r);
+                    while (read_exposure(r)) {
                     }
                 };
                 while (!q.said_bye && q.control_in->test()) {
@@ -675,6 +690,10 @@ private:
                 q.sends.pop_front();
                 continue;
             }
+            if (!std::exchange(op.routed, true) && start_rendezvous(r, q.sends.front())) {
+                q.sends.pop_front();
+                continue;
+            }
             if (q.credits == 0) break;
             std::size_t const len = std::min(chunk_, op.size - op.enqueued);
             std::size_t const slot = q.next_slot;
@@ -689,6 +708,14 @@ private:
         while (!q.send_copies.empty() && device_.done(q.send_copies.front().event)) {
             chunk_copy& c = q.send_copies.front();
             device_.release(c.event);
+            if (c.header.kind == staged_control::rendezvous) {  // its record first: the peer has it with the header
+                send_exposure(r, q.rendezvous_out.front());
+                q.rendezvous_out.pop_front();
+                send_control(r, c.header);
+                q.delivering.emplace_back(c.header.slot, std::move(c.op));
+                q.send_copies.pop_front();
+                continue;
+            }
             send_control(r, c.header);
             c.op->completed += static_cast<std::size_t>(c.header.length);
             if (c.op->completed == c.op->size) c.op->done = true;
@@ -696,9 +723,45 @@ private:
         }
     }
 
+    // A message to another rank, of rendezvous_bytes or more, whose memory the device exports
+    // (or that lies in a registration): queued as a rendezvous (protocol.hpp), its header to
+    // leave once this rank's work before it completed, in the place of a first chunk.
+    bool start_rendezvous(rank_t r, op_ptr const& op) {
+        if constexpr (can_expose) {
+            if (rendezvous_bytes_ == 0 || r == me_ || op->size < rendezvous_bytes_) return false;
+            peer_state& q = peer_of(r);
+            std::span<std::byte const> const buffer(op->out, op->size);
+            exposure_message m{{staged_control::rendezvous, op->tag, op->size, 0, op->size, q.rendezvous_sent}, 1, {}, 0};
+            if (own_registration const* k = registration_of(buffer)) {
+                m.at = {k->at.handle, k->at.offset + static_cast<std::uint64_t>(buffer.data() - k->range.data())};
+                m.registration = k->id;
+            } else if (auto const x = device_.export_range(buffer.data(), buffer.size())) {
+                m.at = {x->handle, x->offset};
+            } else {
+                return false;  // memory the device cannot share: through the FIFO
+            }
+            ++q.rendezvous_sent;
+            q.rendezvous_out.push_back(m);
+            q.send_copies.push_back({device_.record(), m.record, op, {}});
+            op->enqueued = op->size;
+            return true;
+        } else {
+            return false;
+        }
+    }
+
     void on_control(rank_t from, staged_control const& m) {
         peer_state& q = peer_of(from);
         if (m.kind == staged_control::bye) return void(q.said_bye = true);
+        if (m.kind == staged_control::rendezvous) return on_rendezvous(from, m);
+        if (m.kind == staged_control::delivered) {
+            if (q.delivering.empty() || q.delivering.front().first != m.slot) throw corrupt_record(from, "delivered");
+            staged_op& op = *q.delivering.front().second;
+            op.completed = op.size;
+            op.done = true;
+            q.delivering.pop_front();
+            return;
+        }
         if (m.kind == staged_control::direct) {
             // Its block fits our slots (the layouts agreed at set-up).
             check_round(from, m.offset);
@@ -718,6 +781,39 @@ private:
         // A receive that failed (size mismatch) still frees the message's slots, in order.
         if (dst) device_.copy(dst, local_slot(from, static_cast<std::size_t>(m.slot)), static_cast<std::size_t>(m.length));
         q.recv_copies.push_back({device_.record(), m, q.current, q.current_staged});
+    }
+
+    // A rendezvous header: the message is matched as a first chunk and copied at once from where
+    // it lies, into its receive buffer or staging (none for a receive of another size); its
+    // record came before it on the channel. Once copied, the sender hears it was delivered.
+    void on_rendezvous(rank_t from, staged_control const& m) {
+        if constexpr (can_expose) {
+            peer_state& q = peer_of(from);
+            while (q.rendezvous_in.empty() && read_exposure(from)) {
+            }
+            if (q.rendezvous_in.empty() || q.rendezvous_in.front().number != m.slot) throw corrupt_record(from, "rendezvous");
+            rendezvous_record const at = q.rendezvous_in.front();
+            q.rendezvous_in.pop_front();
+            start_message(from, m);
+            std::byte* dst = nullptr;
+            if (q.current_staged) dst = static_cast<std::byte*>(q.current_staged->buffer);
+            else if (q.current && !q.current->done) dst = q.current->in;
+            void* opened = nullptr;
+            if (dst) {
+                void const* const base =
+                    at.registration != 0 ? kept_exposure(from, at.registration, at.at.handle) : (opened = device_.open_handle(at.at.handle));
+                device_.copy(dst, static_cast<std::byte const*>(base) + at.at.offset, static_cast<std::size_t>(m.total));
+            }
+            q.recv_copies.push_back({device_.record(), m, q.current, q.current_staged, opened});
+        } else {
+            throw corrupt_record(from, "rendezvous");  // a device that exports nothing has no peer that sends one
+        }
+    }
+
+    transport_error corrupt_record(rank_t from, char const* kind) const {
+        return transport_error(errc::peer_failed, from,
+                               "staged transport: rank " + std::to_string(from) + " sent rank " + std::to_string(me_) + " a " + kind +
+                                   " word out of order (a corrupt control record)");
     }
 
     // The first chunk of a message: to the oldest receive posted for it (one of another size
@@ -743,7 +839,12 @@ private:
         while (!q.recv_copies.empty() && device_.done(q.recv_copies.front().event)) {
             chunk_copy& c = q.recv_copies.front();
             device_.release(c.event);
-            ++q.credits_owed;
+            if (c.header.kind == staged_control::rendezvous) {  // read: the sender may reuse its buffer
+                if (c.opened) device_.close_handle(std::exchange(c.opened, nullptr));
+                send_control(r, {staged_control::delivered, c.header.tag, c.header.total, 0, 0, c.header.slot});
+            } else {
+                ++q.credits_owed;
+            }
             auto const len = static_cast<std::size_t>(c.header.length);
             if (c.staged) {
                 c.staged->arrived += len;
@@ -863,9 +964,22 @@ private:
         q.exposure_in.emplace(control_->irecv(r, exposure_tag, std::as_writable_bytes(std::span(&q.exposure_in_message, 1))));
     }
 
+    // Reads the peer's next exposure record, if it came.
+    bool read_exposure(rank_t r) {
+        peer_state& q = peer_of(r);
+        if (!q.exposure_in || !q.exposure_in->test()) return false;
+        on_exposure(r, q.exposure_in_message);
+        post_exposure_receive(r);
+        return true;
+    }
+
     // A peer's exposure record: where its buffer lies (opened by expose() once every rank's
-    // record came and every buffer can be read).
+    // record came and every buffer can be read), or where a rendezvous message does.
     void on_exposure(rank_t from, exposure_message const& m) {
+        if (m.record.kind == staged_control::rendezvous) {
+            peer_of(from).rendezvous_in.push_back({m.record.slot, m.at, m.registration});
+            return;
+        }
         check_round(from, m.record.offset);
         std::uint64_t const round = m.record.offset;
         peer_of(from).direct[round & 1] = {round,   m.record.total, m.record.slot, static_cast<tag_t>(m.record.tag),
@@ -982,7 +1096,7 @@ private:
     }
 
     Device device_;
-    std::size_t chunk_, slots_, direct_bytes_;
+    std::size_t chunk_, slots_, direct_bytes_, rendezvous_bytes_;
     std::chrono::milliseconds timeout_;
     std::optional<Control> control_;
     rank_t me_ = 0;

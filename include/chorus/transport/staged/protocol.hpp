@@ -25,6 +25,20 @@
 // enqueued (one stream), headers and credits travel in order (one control tag each), and the
 // slots are used round robin.
 //
+// Rendezvous (`rendezvous_bytes`, where the device exports a caller's memory): a message to
+// another rank of at least that size is not cut into chunks. When its turn among s's messages
+// to r comes, s exports the allocation holding its buffer (Device::export_range; the number of
+// a registration it lies in instead, whose allocation r keeps open), waits for its own earlier
+// work as for a chunk's copy, and sends r a record on control tag 3 (where it lies) followed by
+// a `rendezvous` header on tag 1 in the place a first chunk would take. The control channel keeps
+// a peer's order across tags, so r has the record when it reads the header; it matches the
+// header as a first chunk, opens s's allocation and copies the message once, from where it lies
+// into the receive buffer (or, before its receive is posted, into staging, as the chunks of an
+// unexpected message go: the send never waits for the receiver's code), then closes it and sends
+// s a `delivered` word, on which the send completes. One device copy and one control message
+// each way per message, where the FIFO takes two copies and a message each way per chunk; memory
+// the device cannot export takes the FIFO. Sends to the rank itself always take its FIFO.
+//
 // Cost per chunk: one device copy each side, their event waits, and one control message each
 // way (about a microsecond through shared memory, tens over loopback TCP); with `slots` chunks in flight per peer, copies of later
 // chunks overlap the control latency of earlier ones, so large messages pipeline.
@@ -78,6 +92,10 @@ struct staged_config {
     /// The largest block of a direct exchange (two slots of it per rank); 0: none, the
     /// transport then serves no one_shot collective. Every rank must agree on all three.
     std::size_t direct_bytes = 0;
+    /// Messages to another rank of at least this many bytes are read by the receiver from the
+    /// sender's buffer where it lies (rendezvous, above), where the device exports it; 0:
+    /// never. Each rank decides for its own sends: the ranks need not agree.
+    std::size_t rendezvous_bytes = 0;
 };
 
 namespace detail {
@@ -88,18 +106,21 @@ struct staged_op : message_op {
     std::byte const* out = nullptr;  // send buffer
     std::size_t enqueued = 0;        // send: bytes whose copy was enqueued
     std::size_t completed = 0;       // bytes whose copy completed
+    bool routed = false;             // send: its way chosen (rendezvous, or chunks through the FIFO)
 };
 
-/// What the control channel carries: a chunk's header, credits, a direct round's record, or
-/// the goodbye.
+/// What the control channel carries: a chunk's header, credits, a direct round's record, a
+/// rendezvous message's header and its delivery, or the goodbye.
 struct staged_control {
-    enum kind_t : std::uint64_t { chunk = 1, credit = 2, bye = 3, direct = 4 };
+    enum kind_t : std::uint64_t { chunk = 1, credit = 2, bye = 3, direct = 4, rendezvous = 5, delivered = 6 };
     std::uint64_t kind;
     std::uint64_t tag;
-    std::uint64_t total;   // chunk: the message's size in bytes; direct: the block's
-    std::uint64_t offset;  // chunk: its offset in the message; direct: the round
-    std::uint64_t length;  // chunk: its length (0 only for a zero-length message); credit: slots freed
-    std::uint64_t slot;    // chunk: the FIFO slot; direct: the agreed word
+    std::uint64_t total;   // chunk, rendezvous: the message's size in bytes; direct: the block's
+    std::uint64_t offset;  // chunk: its offset in the message (rendezvous: 0); direct: the round
+    std::uint64_t length;  // chunk: its length (0 only for a zero-length message; rendezvous: the
+                           // whole message); credit: slots freed
+    std::uint64_t slot;    // chunk: the FIFO slot; direct: the agreed word; rendezvous and
+                           // delivered: the message's number among the sender's rendezvous to the peer
 };
 static_assert(std::is_trivially_copyable_v<staged_control>);
 
