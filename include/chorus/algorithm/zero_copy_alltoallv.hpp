@@ -44,12 +44,8 @@ namespace chorus {
 namespace detail {
 
 // Round 2's word of a receiver that found a peer's block of another size than it expects: a
-// marker no collective's shape has, the sender + 1 (16 bits), the bytes expected (40 bits).
-inline constexpr std::uint64_t wrong_block_marker = 0xff;
-constexpr std::uint64_t wrong_block(rank_t sender, std::size_t expected) noexcept {
-    return wrong_block_marker << 56 | (static_cast<std::uint64_t>(sender + 1) & 0xffff) << 40 |
-           (static_cast<std::uint64_t>(expected) & 0xffffffffff);
-}
+// head no collective's shape has, the sender and the bytes expected (pack_word).
+inline constexpr std::uint8_t wrong_block_marker = 0xff;
 
 template <exposing_transport Transport, class T>
 void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::span<T> recv, alltoallv_layout const& l) {
@@ -62,9 +58,10 @@ void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::s
     for (rank_t j = 0; j < p; ++j) parts[static_cast<std::size_t>(j)] = bytes_of(alltoallv_block(send, l.send_counts, l.send_displs, j));
     if (!round.expose(bytes_of(send), parts.all())) return alltoallv_exchange(tp, send, recv, l);
     std::uint64_t verdict = 0;
-    for (rank_t q = 0; q < p && verdict == 0; ++q)
-        if (q != me && tp.block(q).size() != l.recv_counts[static_cast<std::size_t>(q)] * sizeof(T))
-            verdict = wrong_block(q, l.recv_counts[static_cast<std::size_t>(q)] * sizeof(T));
+    for (rank_t q = 0; q < p && verdict == 0; ++q) {
+        std::size_t const expected = l.recv_counts[static_cast<std::size_t>(q)] * sizeof(T);
+        if (q != me && tp.block(q).size() != expected) verdict = pack_word({wrong_block_marker, q, expected});
+    }
     for (rank_t q = 0; q < p && verdict == 0; ++q) {
         auto const into = alltoallv_block(recv, l.recv_counts, l.recv_displs, q);
         if (into.empty()) continue;
@@ -72,11 +69,11 @@ void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::s
     }
     round.end(verdict);
     for (rank_t r = 0; r < p; ++r) {  // the first rank's verdict, on every rank
-        std::uint64_t const w = tp.agreed(r);
-        if (w >> 56 != wrong_block_marker) continue;
-        auto const sender = static_cast<rank_t>((w >> 40) & 0xffff) - 1;
+        round_word const w = unpack_word(tp.agreed(r));
+        if (w.head != wrong_block_marker) continue;
+        rank_t const sender = w.rank;
         std::string const what = "rank " + std::to_string(me) + ": rank " + std::to_string(r) + " expects " +
-                                 std::to_string(w & 0xffffffffff) + " bytes from rank " + std::to_string(sender) +
+                                 std::to_string(w.bytes) + " bytes from rank " + std::to_string(sender) +
                                  ", which sends another size (alltoallv: send_counts and recv_counts must agree)";
         tp.abort(what.c_str());
         throw transport_error(errc::size_mismatch, sender, what);
