@@ -16,9 +16,9 @@
 #                   GPU) as gpu-peers/cuda_ipc_probe, newer than the source, is used as it is.
 #   GPU_RANKS       "2 4"        GPU_MODES  "mps nomps"   GPU_ITER_SCALE 0.3
 #   GPU_BEGIN       8            GPU_END    1G            GPU_FACTOR 4
-#   GPU_STEP_S      40 (each program's limit: 12 programs by default, so that even a run whose
-#                   every program hangs ends within one 10-minute device command; the 4 point-to-
-#                   point programs, MPS mode only, have half of it each)
+#   GPU_STEP_S      40 (each program's limit: 16 programs by default, the 4 point-to-point ones
+#                   (MPS mode only) with half of it, 560 s in all, so that even a run whose every
+#                   program hangs ends within one 10-minute device command)
 # Writes to OUT_DIR: compare.txt (every raw row of both, nccl-tests columns, each program's rows
 # under a "# ---- probe-p2-mps" / "# ---- chorus-p2-mps" line; the probe's algos end in _ipc,
 # chorus's are `auto` and, up to 4 MiB, its named algorithms; sendrecv's are `rendezvous` or

@@ -180,7 +180,10 @@ concept staged_device = std::move_constructible<D> && std::is_trivially_copyable
 
 /// A transport that can carry a staged transport's control messages: host memory, and
 /// requests that can be let go without cancelling (`detach()`, for the receives still
-/// pending when the staged transport shuts down).
+/// pending when the staged transport shuts down). Semantic requirement: one peer's messages
+/// arrive in the order they were sent, whatever their tag (a receive posted for a later
+/// message's tag completes only after every earlier message of that peer was matched or
+/// queued): the staged protocol sends a record on one tag and the word that needs it on another.
 template <class T>
 concept control_transport = host_transport<T> && requires(typename T::request& r, T const& t) {
     r.detach();

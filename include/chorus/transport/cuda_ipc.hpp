@@ -497,8 +497,8 @@ struct cuda_ipc_options {
     /// (cudaMalloc), go by rendezvous: the receiver opens the sender's allocation and copies
     /// the message once, into its receive buffer, where the FIFO takes two copies and a control
     /// message each way per chunk (staged/protocol.hpp). Each costs an IPC open and close unless
-    /// the buffer is registered (chorus::register_buffer); the default, the FIFO's depth
-    /// (slots x chunk), leaves the ring's 4 MiB messages to the FIFO. 0: never. Not yet
+    /// the buffer is registered (chorus::register_buffer); the default, the depth of the default
+    /// FIFO (4 slots x 4 MiB), leaves the ring's 4 MiB messages to the FIFO. 0: never. Not yet
     /// measured on a GPU (cuda_bench --ops sendrecv names the way each row took).
     std::size_t rendezvous_bytes = std::size_t{16} << 20;
 };

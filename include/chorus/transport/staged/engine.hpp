@@ -706,20 +706,21 @@ private:
             if (op.enqueued == op.size) q.sends.pop_front();
         }
         while (!q.send_copies.empty() && device_.done(q.send_copies.front().event)) {
-            chunk_copy& c = q.send_copies.front();
+            // Off the queue before anything that may throw: no event is released twice.
+            chunk_copy c = std::move(q.send_copies.front());
+            q.send_copies.pop_front();
             device_.release(c.event);
             if (c.header.kind == staged_control::rendezvous) {  // its record first: the peer has it with the header
-                send_exposure(r, q.rendezvous_out.front());
+                exposure_message const record = q.rendezvous_out.front();
                 q.rendezvous_out.pop_front();
+                q.delivering.emplace_back(c.header.slot, c.op);
+                send_exposure(r, record);
                 send_control(r, c.header);
-                q.delivering.emplace_back(c.header.slot, std::move(c.op));
-                q.send_copies.pop_front();
                 continue;
             }
             send_control(r, c.header);
             c.op->completed += static_cast<std::size_t>(c.header.length);
             if (c.op->completed == c.op->size) c.op->done = true;
-            q.send_copies.pop_front();
         }
     }
 
@@ -755,7 +756,7 @@ private:
         if (m.kind == staged_control::bye) return void(q.said_bye = true);
         if (m.kind == staged_control::rendezvous) return on_rendezvous(from, m);
         if (m.kind == staged_control::delivered) {
-            if (q.delivering.empty() || q.delivering.front().first != m.slot) throw corrupt_record(from, "delivered");
+            if (q.delivering.empty() || q.delivering.front().first != m.slot) corrupt_record(from, "delivered");
             staged_op& op = *q.delivering.front().second;
             op.completed = op.size;
             op.done = true;
@@ -791,29 +792,41 @@ private:
             peer_state& q = peer_of(from);
             while (q.rendezvous_in.empty() && read_exposure(from)) {
             }
-            if (q.rendezvous_in.empty() || q.rendezvous_in.front().number != m.slot) throw corrupt_record(from, "rendezvous");
+            if (q.rendezvous_in.empty() || q.rendezvous_in.front().number != m.slot) corrupt_record(from, "rendezvous");
             rendezvous_record const at = q.rendezvous_in.front();
             q.rendezvous_in.pop_front();
             start_message(from, m);
             std::byte* dst = nullptr;
             if (q.current_staged) dst = static_cast<std::byte*>(q.current_staged->buffer);
             else if (q.current && !q.current->done) dst = q.current->in;
+            // A registration this rank still keeps needs no open; one it released already (the
+            // sender's message left before the release reached it) is opened for this copy only.
+            void const* base = at.registration != 0 ? kept_base(from, at.registration) : nullptr;
             void* opened = nullptr;
-            if (dst) {
-                void const* const base =
-                    at.registration != 0 ? kept_exposure(from, at.registration, at.at.handle) : (opened = device_.open_handle(at.at.handle));
-                device_.copy(dst, static_cast<std::byte const*>(base) + at.at.offset, static_cast<std::size_t>(m.total));
+            try {
+                if (dst) {
+                    if (!base) base = opened = device_.open_handle(at.at.handle);
+                    device_.copy(dst, static_cast<std::byte const*>(base) + at.at.offset, static_cast<std::size_t>(m.total));
+                }
+                q.recv_copies.push_back({device_.record(), m, q.current, q.current_staged, opened});
+            } catch (...) {  // the engine fails: nothing stays open that no entry closes
+                if (opened) {
+                    device_.synchronize();
+                    device_.close_handle(opened);
+                }
+                throw;
             }
-            q.recv_copies.push_back({device_.record(), m, q.current, q.current_staged, opened});
         } else {
-            throw corrupt_record(from, "rendezvous");  // a device that exports nothing has no peer that sends one
+            corrupt_record(from, "rendezvous");  // a device that exports nothing has no peer that sends one
         }
     }
 
-    transport_error corrupt_record(rank_t from, char const* kind) const {
-        return transport_error(errc::peer_failed, from,
-                               "staged transport: rank " + std::to_string(from) + " sent rank " + std::to_string(me_) + " a " + kind +
-                                   " word out of order (a corrupt control record)");
+    // A control word out of order: the peer's state is not this rank's, so the group fails.
+    [[noreturn]] void corrupt_record(rank_t from, char const* kind) {
+        std::string const what = "staged transport: rank " + std::to_string(from) + " sent rank " + std::to_string(me_) + " a " + kind +
+                                 " word out of order (a corrupt control record)";
+        abort(what);
+        throw transport_error(errc::peer_failed, from, what);
     }
 
     // The first chunk of a message: to the oldest receive posted for it (one of another size
@@ -837,10 +850,12 @@ private:
     void progress_receives(rank_t r) {
         peer_state& q = peer_of(r);
         while (!q.recv_copies.empty() && device_.done(q.recv_copies.front().event)) {
-            chunk_copy& c = q.recv_copies.front();
+            // Off the queue before anything that may throw: nothing is released or closed twice.
+            chunk_copy c = std::move(q.recv_copies.front());
+            q.recv_copies.pop_front();
             device_.release(c.event);
             if (c.header.kind == staged_control::rendezvous) {  // read: the sender may reuse its buffer
-                if (c.opened) device_.close_handle(std::exchange(c.opened, nullptr));
+                if (c.opened) device_.close_handle(c.opened);
                 send_control(r, {staged_control::delivered, c.header.tag, c.header.total, 0, 0, c.header.slot});
             } else {
                 ++q.credits_owed;
@@ -852,7 +867,6 @@ private:
                 c.op->completed += len;
                 if (c.op->completed == c.op->size) c.op->done = true;
             }
-            q.recv_copies.pop_front();
         }
         if (q.credits_owed)
             send_control(r, {staged_control::credit, 0, 0, 0, std::exchange(q.credits_owed, 0), 0});
@@ -1002,12 +1016,16 @@ private:
     // The peer's allocation of its registration `id`, opened by the round that made it and kept
     // until the registration ends.
     void* kept_exposure(rank_t from, std::uint64_t id, typename Device::handle const& handle) {
-        auto& kept = peer_of(from).kept;
-        for (auto const& k : kept)
-            if (k.registration == id) return k.base;
+        if (void* base = kept_base(from, id)) return base;
         void* base = device_.open_handle(handle);
-        kept.push_back({handle, base, id});
+        peer_of(from).kept.push_back({handle, base, id});
         return base;
+    }
+    // The peer's allocation of its registration `id` if this rank keeps it open, else null.
+    void* kept_base(rank_t from, std::uint64_t id) const noexcept {
+        for (auto const& k : peers_[static_cast<std::size_t>(from)].kept)
+            if (k.registration == id) return k.base;
+        return nullptr;
     }
 
     // Closes every peer allocation opened for exposures. CUDA IPC forbids freeing memory that

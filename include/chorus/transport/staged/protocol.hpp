@@ -38,6 +38,11 @@
 // s a `delivered` word, on which the send completes. One device copy and one control message
 // each way per message, where the FIFO takes two copies and a message each way per chunk; memory
 // the device cannot export takes the FIFO. Sends to the rank itself always take its FIFO.
+// A sender's buffer is read by a peer until `delivered` came. If the group fails meanwhile, the
+// send fails at once while the receiver may still have the copy queued (as a failed collective's
+// exposed buffers may still be read): a caller that frees the buffer of a failed send may free
+// memory a peer still maps, which CUDA calls undefined. After a failure, end the process (or at
+// least the group) before reusing such buffers.
 //
 // Cost per chunk: one device copy each side, their event waits, and one control message each
 // way (about a microsecond through shared memory, tens over loopback TCP); with `slots` chunks in flight per peer, copies of later
@@ -69,9 +74,10 @@
 // later exposures inside the registered buffer carry the number instead of a new export (the
 // readers find the allocation among those they keep). A release closes what a rank kept, once
 // its reads completed, before the slot round that ends it.
-// A control channel delivers a peer's messages in the order they were sent, whatever their tag:
-// an exposure record sent just before the peer's goodbye (a registration as its last operation)
-// is read when the goodbye is, before the goodbye stops this rank listening.
+// A control channel delivers a peer's messages in the order they were sent, whatever their tag
+// (a requirement of control_transport): an exposure record sent just before the peer's goodbye
+// (a registration as its last operation) is read when the goodbye is, before the goodbye stops
+// this rank listening, and a rendezvous record is there when its header is read.
 //
 // Set-up: the handles travel with each rank's layout (chunk, slots, direct_bytes); a rank whose
 // layout differs would copy into the wrong place of its peers' memory, so every rank refuses
