@@ -761,6 +761,7 @@ TEST_CASE("staged protocol (host model): a message of rendezvous_bytes or more i
         // A message from the registration still in flight when it ends: the receiver, which
         // closed the allocation, opens it for that copy alone.
         std::optional<staged_model::request> in_flight;
+        long const opens_before_release = d.opens;
         if (tp.rank() == 0) {
             fill(std::span(arena).subspan(10), 8);
             in_flight.emplace(tp.isend(1, 12, std::as_bytes(std::span<std::uint32_t const>(arena).subspan(10))));
@@ -771,6 +772,7 @@ TEST_CASE("staged protocol (host model): a message of rendezvous_bytes or more i
         } else {
             chorus::recv(tp, 0, std::span(in), 12);
             CHECK(right(in, 8));
+            CHECK(d.opens == opens_before_release + 1);
         }
         CHECK(d.open_here == fifos);
         // 5. To itself: through its own FIFO, nothing exported.

@@ -800,7 +800,10 @@ private:
             if (q.current_staged) dst = static_cast<std::byte*>(q.current_staged->buffer);
             else if (q.current && !q.current->done) dst = q.current->in;
             // A registration this rank still keeps needs no open; one it released already (the
-            // sender's message left before the release reached it) is opened for this copy only.
+            // sender's message left before the release reached it), or not yet opened (its keep
+            // round still waits for a third rank), is opened for this copy only — a second open
+            // of an allocation the process has open is counted by CUDA and returns the same
+            // mapping, and each close undoes one.
             void const* base = at.registration != 0 ? kept_base(from, at.registration) : nullptr;
             void* opened = nullptr;
             try {
