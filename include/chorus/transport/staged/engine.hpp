@@ -741,9 +741,9 @@ private:
             } else {
                 return false;  // memory the device cannot share: through the FIFO
             }
-            ++q.rendezvous_sent;
+            q.send_copies.push_back({device_.record(), m.record, op, {}});  // first: record() may throw
             q.rendezvous_out.push_back(m);
-            q.send_copies.push_back({device_.record(), m.record, op, {}});
+            ++q.rendezvous_sent;
             op->enqueued = op->size;
             return true;
         } else {
@@ -1046,12 +1046,14 @@ private:
 
     // A peer is at most one round ahead (it needs this rank's record of a round to leave it):
     // anything else is a corrupt record, which must not show another round's block.
-    void check_round(rank_t from, std::uint64_t round) const {
-        if (round != round_ && round != round_ + 1)
-            throw transport_error(errc::peer_failed, from,
-                                  "staged transport: rank " + std::to_string(from) + " announced direct round " + std::to_string(round) +
-                                      " while rank " + std::to_string(me_) + " is at round " + std::to_string(round_) +
-                                      " (a corrupt control record)");
+    // The group fails on every rank, as for a control word out of order.
+    void check_round(rank_t from, std::uint64_t round) {
+        if (round == round_ || round == round_ + 1) return;
+        std::string const what = "staged transport: rank " + std::to_string(from) + " announced direct round " + std::to_string(round) +
+                                 " while rank " + std::to_string(me_) + " is at round " + std::to_string(round_) +
+                                 " (a corrupt control record)";
+        abort(what);
+        throw transport_error(errc::peer_failed, from, what);
     }
 
     // Direct exchanges: waits until `ready()`, moving messages, as a receive of `tag` from
