@@ -448,7 +448,7 @@ private:
         std::uint64_t registration = keeping;
         if (own_registration const* k = keeping == 0 ? registration_of(buffer) : nullptr) {
             // Inside a registered buffer: its export, kept open by every peer.
-            exported = exposed_at{k->at.handle, k->at.offset + static_cast<std::uint64_t>(buffer.data() - k->range.data())};
+            exported = place_in(*k, buffer);
             registration = k->id;
         } else if (keeping == 0 && last_export_ && last_export_->round + 1 == round && last_export_->tag == tag &&
                    last_export_->buffer.data() == buffer.data() && last_export_->buffer.size() == buffer.size()) {
@@ -458,9 +458,7 @@ private:
             // allocation at the same address: queried again.
             exported = last_export_->at;
         } else if (read && !buffer.empty()) {
-            failing_on_error([&] {
-                if (auto const x = device_.export_range(buffer.data(), buffer.size())) exported = exposed_at{x->handle, x->offset};
-            });
+            failing_on_error([&] { exported = export_of(buffer); });
         }
         if (exported && keeping == 0) last_export_ = {round, tag, buffer, *exported};
         bool const ok = !read || buffer.empty() || exported.has_value();
@@ -495,6 +493,15 @@ private:
                 return &k;
         }
         return nullptr;
+    }
+    // Where `buffer`, inside registration `k`, lies for the peers.
+    static exposed_at place_in(own_registration const& k, std::span<std::byte const> buffer) noexcept {
+        return {k.at.handle, k.at.offset + static_cast<std::uint64_t>(buffer.data() - k.range.data())};
+    }
+    // Where `buffer` lies for the peers once exported; std::nullopt for memory the device cannot share.
+    std::optional<exposed_at> export_of(std::span<std::byte const> buffer) {
+        if (auto const x = device_.export_range(buffer.data(), buffer.size())) return exposed_at{x->handle, x->offset};
+        return std::nullopt;
     }
 
     // Runs f; a device or control error in it fails the engine (and goes on to the caller).
@@ -734,10 +741,10 @@ private:
             std::span<std::byte const> const buffer(op->out, op->size);
             exposure_message m{{staged_control::rendezvous, op->tag, op->size, 0, op->size, q.rendezvous_sent}, 1, {}, 0};
             if (own_registration const* k = registration_of(buffer)) {
-                m.at = {k->at.handle, k->at.offset + static_cast<std::uint64_t>(buffer.data() - k->range.data())};
+                m.at = place_in(*k, buffer);
                 m.registration = k->id;
-            } else if (auto const x = device_.export_range(buffer.data(), buffer.size())) {
-                m.at = {x->handle, x->offset};
+            } else if (auto const x = export_of(buffer)) {
+                m.at = *x;
             } else {
                 return false;  // memory the device cannot share: through the FIFO
             }
@@ -776,9 +783,7 @@ private:
             if (q.current && !q.current->done) q.current->done = true;
             return;
         }
-        std::byte* dst = nullptr;
-        if (q.current_staged) dst = static_cast<std::byte*>(q.current_staged->buffer) + m.offset;
-        else if (q.current && !q.current->done) dst = q.current->in + m.offset;
+        std::byte* const dst = destination(q, m.offset);
         // A receive that failed (size mismatch) still frees the message's slots, in order.
         if (dst) device_.copy(dst, local_slot(from, static_cast<std::size_t>(m.slot)), static_cast<std::size_t>(m.length));
         q.recv_copies.push_back({device_.record(), m, q.current, q.current_staged});
@@ -796,9 +801,7 @@ private:
             rendezvous_record const at = q.rendezvous_in.front();
             q.rendezvous_in.pop_front();
             start_message(from, m);
-            std::byte* dst = nullptr;
-            if (q.current_staged) dst = static_cast<std::byte*>(q.current_staged->buffer);
-            else if (q.current && !q.current->done) dst = q.current->in;
+            std::byte* const dst = destination(q, 0);
             // A registration this rank still keeps needs no open; one it released already (the
             // sender's message left before the release reached it), or not yet opened (its keep
             // round still waits for a third rank), is opened for this copy only — a second open
@@ -830,6 +833,14 @@ private:
                                  " word out of order (a corrupt control record)";
         abort(what);
         throw transport_error(errc::peer_failed, from, what);
+    }
+
+    // Where the arriving message's bytes from `offset` go: its staging, or its receive unless that
+    // failed (another size: nowhere).
+    static std::byte* destination(peer_state const& q, std::uint64_t offset) noexcept {
+        if (q.current_staged) return static_cast<std::byte*>(q.current_staged->buffer) + offset;
+        if (q.current && !q.current->done) return q.current->in + offset;
+        return nullptr;
     }
 
     // The first chunk of a message: to the oldest receive posted for it (one of another size
