@@ -10,8 +10,10 @@
 //   cuda_ipc_test one_shot_errors, one_shot_limit_errors: the same for one_shot rounds, rank 1
 //                           with another size below, or above, the one_shot limit;
 //   cuda_ipc_test killed    3 ranks, rank 2 SIGKILLed mid-collective: the others name it;
-//   cuda_ipc_test streams   collectives ordered on a program's stream (cuda_stream_guard), and
-//                           refused, on every rank, inside a CUDA graph capture.
+//   cuda_ipc_test streams   collectives ordered on a program's stream (cuda_stream_guard); a
+//                           signaled allreduce captured into a CUDA graph and replayed (where
+//                           signals are on), a collective that waits on the host refused, on
+//                           every rank, inside a capture.
 // Without a usable GPU every rank prints why and exits 77, which ctest reports as skipped
 // (SKIP_RETURN_CODE), never as passed.
 
@@ -547,6 +549,7 @@ int one_shot_errors(bool limit) {
     std::string said;
     try {
         chorus::allreduce(tp, d.span(), chorus::sum{});
+        tp.synchronize();  // a signaled launch fails on the device: its error comes here
     } catch (chorus::error const& e) {
         said = e.what();
     }
@@ -608,6 +611,42 @@ int streams() {
             t.first = "allreduce of " + std::to_string(n) + " floats on a program's stream: " + std::to_string(bad) + " wrong";
         }
     }
+    // A signaled allreduce (one launch, no host wait) captured with the fill before it, then
+    // the graph replayed: each replay's launch counts itself on the device, so the slots and
+    // flags of replays and of eager calls between them follow each other as eager calls do.
+    if (tp.signal_bytes() >= 256 * sizeof(float)) {
+        chorus::barrier(tp);
+        tp.synchronize();
+        device_array<float> d(256);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        set_kernel<<<1, 256, 0, s>>>(d.span().data(), 256, static_cast<float>(me + 1));
+        {
+            chorus::cuda_stream_guard on(s);
+            chorus::allreduce(tp, d.span(), chorus::sum{});
+        }
+        check_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+        check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        for (int replay = 0; replay < 4; ++replay) {
+            check_cuda(cudaMemsetAsync(wrong.span().data(), 0, sizeof(unsigned long long), s), "cudaMemsetAsync");
+            check_cuda(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+            count_kernel<<<1, 256, 0, s>>>(d.span().data(), 256, static_cast<float>(p * (p + 1) / 2), wrong.span().data());
+            check_cuda(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+            ++t.checks;
+            if (unsigned long long const bad = wrong.get()[0]) {
+                ++t.failed;
+                t.first = "replay " + std::to_string(replay) + " of a captured allreduce: " + std::to_string(bad) + " wrong";
+            }
+            if (replay == 1) {  // an eager call between replays
+                chorus::cuda_stream_guard on(s);
+                chorus::allreduce(tp, d.span(), chorus::sum{});
+            }
+        }
+        (void)cudaGraphExecDestroy(exec);
+        (void)cudaGraphDestroy(graph);
+        std::printf("rank %d: a signaled allreduce captured into a CUDA graph, replayed 4 times\n", me);
+    }
     // Every rank done with the collectives above before any fails the group in the capture.
     chorus::barrier(tp);
     tp.synchronize();
@@ -617,7 +656,7 @@ int streams() {
     check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
         chorus::cuda_stream_guard on(s);
-        chorus::allreduce(tp, d.span(), chorus::sum{});
+        chorus::broadcast(tp, d.span(), 0);  // one_shot rounds: the host waits for their copies
     } catch (chorus::error const& e) {
         said = e.what();
     }
@@ -630,7 +669,7 @@ int streams() {
         ++t.failed;
         t.first = "a collective in a stream capture: '" + said + "', the capture ended with " + cudaGetErrorName(ended);
     }
-    std::printf("rank %d: allreduce in a stream capture: %s\n", me, said.empty() ? "no error" : said.c_str());
+    std::printf("rank %d: broadcast in a stream capture: %s\n", me, said.empty() ? "no error" : said.c_str());
     cudaStreamDestroy(s);
     return report(tp, t, "stream");
 }

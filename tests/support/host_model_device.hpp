@@ -23,6 +23,7 @@
 
 #include <chorus/error.hpp>
 #include <chorus/memory.hpp>
+#include <chorus/transport/signals.hpp>
 
 namespace testing_support {
 
@@ -60,7 +61,7 @@ public:
     bool wrong_device = false;
     bool fail_copies = false;
     bool fail_completion = false;  // an event query reports an error (as CUDA's does a kernel's)
-    void check_current() const {
+    void check_current(bool /*capturing*/ = false) const {
         if (wrong_device) throw chorus::invalid_argument("host model: this thread's current device is not the transport's");
     }
     struct current_scope {};
@@ -112,6 +113,20 @@ public:
         while (executed_ < enqueued_) run_one();
     }
 
+    // Signaled launches (signals.hpp), run at once in the rank's thread once its queued copies
+    // ran (a stream's order): lane after lane, each waiting for its peers' (other threads).
+    template <class Body>
+    void launch(chorus::detail::signal_args const& a, unsigned lanes, Body const& body) {
+        synchronize();
+        ++launches;
+        last_lanes = lanes;
+        chorus::detail::run_signaled_on_host(a, lanes, body);
+    }
+    chorus::detail::signal_status* failure_status() noexcept { return &status_; }
+    void raise(std::uint64_t* word, std::uint64_t value) noexcept { chorus::detail::host_signal_sync::raise(*word, value); }
+    long launches = 0;        // signaled launches of this rank so far
+    unsigned last_lanes = 0;  // and the lanes of its latest
+
     /// Peer handles open now, over all ranks of the process: 0 once every transport closed.
     static inline std::atomic<long> open_handles{0};
     /// FIFOs freed (every peer said goodbye) and abandoned (one may still use it), all ranks.
@@ -140,6 +155,7 @@ private:
         ++executed_;
     }
     std::deque<pending_copy> pending_;
+    chorus::detail::signal_status status_{};
     std::uint64_t enqueued_ = 0, executed_ = 0;
 };
 

@@ -69,7 +69,7 @@ struct staged_runner {
 
 /// Runs fn on p ranks and returns what each rank's chorus::error said ("" for none).
 template <class Config, class Fn>
-std::vector<std::string> errors_of(rank_t p, Config const& config_of, Fn const& fn) {
+std::vector<std::string> errors_of(rank_t p, Config const& config_of, Fn const& fn, std::chrono::milliseconds timeout = 20s) {
     std::mutex mutex;
     std::vector<std::string> errors(static_cast<std::size_t>(p));
     staged_runner::run_with(p, config_of, [&](staged_model& tp) {
@@ -79,7 +79,7 @@ std::vector<std::string> errors_of(rank_t p, Config const& config_of, Fn const& 
             std::lock_guard lock(mutex);
             errors[static_cast<std::size_t>(tp.rank())] = e.what();
         }
-    }, 20s);
+    }, timeout);
     return errors;
 }
 
@@ -110,23 +110,26 @@ TEST_CASE_TEMPLATE_INVOKE(transport_conformance, staged_runner);
 // slow 2-core machine (whole, it took a minute alone on a 2-core VM and over three on CI
 // beside other tests).
 namespace {
+// The reductions with signaled launches (one_shot allreduces of up to 1 KiB run whole on the
+// "device"), the data movement without.
 template <class Check>
-void staged_matrix(std::initializer_list<rank_t> ranks, Check const& check) {
+void staged_matrix(std::initializer_list<rank_t> ranks, Check const& check, bool signals = false) {
     for (rank_t p : ranks) {
         CAPTURE(p);
         oracle::failures f;
-        staged_runner::run(p, [&](staged_model& tp) { check(tp, f); }, 60s);
+        staged_runner::run_with(p, [&](rank_t) { return chorus::staged_config{256, 3, 1024, 2048, signals}; },
+                                [&](staged_model& tp) { check(tp, f); }, 60s);
         CHECK_MESSAGE(f.count() == 0, f.report());
     }
 }
 } // namespace
 
 TEST_CASE("staged protocol (host model): the collective matrix at 1 to 3 ranks, reductions") {
-    staged_matrix({1, 2, 3}, [](staged_model& tp, oracle::failures& f) { checks::reductions(tp, f); });
+    staged_matrix({1, 2, 3}, [](staged_model& tp, oracle::failures& f) { checks::reductions(tp, f); }, /*signals=*/true);
 }
 
 TEST_CASE("staged protocol (host model): the collective matrix at 4 ranks, reductions") {
-    staged_matrix({4}, [](staged_model& tp, oracle::failures& f) { checks::reductions(tp, f); });
+    staged_matrix({4}, [](staged_model& tp, oracle::failures& f) { checks::reductions(tp, f); }, /*signals=*/true);
 }
 
 TEST_CASE("staged protocol (host model): the collective matrix at 1 to 3 ranks, data movement") {
@@ -592,6 +595,116 @@ TEST_CASE("staged protocol (host model): ranks that run different algorithms of 
         else chorus::alltoallv<chorus::pairwise>(tp, send, counts, recv, counts);
     });
     for (auto const& e : v) CHECK_MESSAGE(e.find("run different algorithms of it") != std::string::npos, e);
+}
+
+TEST_CASE("staged protocol (host model): a signaled one_shot allreduce is one launch per call, no control message and no device copy") {
+    // Slots of 64 KiB: up to 4 lanes (signals.hpp: 16 KiB each), so that launches of other
+    // partitions follow each other on the two slots (the argument that needs no closing barrier).
+    auto const config = [](rank_t) { return chorus::staged_config{256, 3, 64 * 1024, 0, true}; };
+    static_assert(chorus::signaling_transport<staged_model>);
+    for (rank_t p : {2, 3, 5}) {
+        CAPTURE(p);
+        staged_runner::run_with(p, config, [&](staged_model& tp) {
+            REQUIRE(tp.signal_bytes() == 64 * 1024);
+            auto& device = tp.device();
+            long const copies = device.copies, launches = device.launches;
+            rank_t const me = tp.rank();
+            double const sum_ranks = p * (p + 1) / 2.0;
+            // Sizes across lanes and slots: 0, 1, p + 1 elements, then 3 and 4 lanes, then 1 again.
+            std::size_t const sizes[] = {0, 1, static_cast<std::size_t>(p) + 1, 5000, 8192, 3, 7777};
+            long calls = 0;
+            for (std::size_t n : sizes) {
+                CAPTURE(n);
+                std::vector<double> v(n);
+                for (std::size_t i = 0; i < n; ++i) v[i] = (me + 1) * 1.0 + static_cast<double>(i % 13);
+                chorus::allreduce<chorus::one_shot>(tp, v);
+                ++calls;
+                CHECK(device.last_lanes == chorus::detail::signal_lanes(n * sizeof(double), p));
+                for (std::size_t i = 0; i < n; ++i) REQUIRE(v[i] == sum_ranks + p * static_cast<double>(i % 13));
+                // In place and from rank order: MAX, and AVG (the op's finish in the launch).
+                std::vector<std::int64_t> w(n);
+                for (std::size_t i = 0; i < n; ++i) w[i] = static_cast<std::int64_t>((me * 7 + static_cast<rank_t>(i)) % (p + 2));
+                auto expected_max = w;
+                for (std::size_t i = 0; i < n; ++i) {
+                    std::int64_t m = 0;
+                    for (rank_t r = 0; r < p; ++r) m = std::max<std::int64_t>(m, (r * 7 + static_cast<rank_t>(i)) % (p + 2));
+                    expected_max[i] = m;
+                }
+                chorus::allreduce<chorus::one_shot>(tp, std::span(w), chorus::maximum{});
+                ++calls;
+                CHECK(w == expected_max);
+                std::vector<float> a(n, static_cast<float>(2 * me));
+                chorus::allreduce<chorus::one_shot>(tp, std::span(a), chorus::avg{});
+                ++calls;
+                for (float x : a) REQUIRE(x == static_cast<float>(p - 1));
+            }
+            // The automatic choice takes the launch for a small vector too.
+            std::vector<int> small(10, 1);
+            chorus::allreduce(tp, small);
+            ++calls;
+            CHECK(small == std::vector<int>(10, p));
+            CHECK(device.launches - launches == calls);
+            CHECK(device.copies == copies);  // each lane copied its share into the slot itself
+            // Beyond the slots: rounds of the direct exchange, not a launch.
+            std::vector<double> large(64 * 1024 / sizeof(double) + 1, 1.0);
+            chorus::allreduce<chorus::one_shot>(tp, large);
+            CHECK(device.launches - launches == calls);
+            for (double x : large) REQUIRE(x == p);
+        }, 60s);
+    }
+}
+
+TEST_CASE("staged protocol (host model): signaled launches only where every rank asks for them") {
+    auto const config = [](rank_t r) { return chorus::staged_config{256, 3, 1024, 0, r != 1}; };
+    staged_runner::run_with(3, config, [&](staged_model& tp) {
+        CHECK(tp.signal_bytes() == 0);
+        std::vector<int> v(20, tp.rank());
+        chorus::allreduce<chorus::one_shot>(tp, v);
+        CHECK(v == std::vector<int>(20, 3));
+        CHECK(tp.device().launches == 0);
+    }, 60s);
+}
+
+TEST_CASE("staged protocol (host model): signaled launches of other sizes, or a rank that never comes, fail every rank alike, naming it") {
+    auto const config = [](rank_t) { return chorus::staged_config{256, 3, 64 * 1024, 0, true}; };
+    // Rank 1 calls with another size, on 1 lane against 3 (so 2 of rank 0's lanes wait for lanes
+    // rank 1 never runs: the abort stops them, not the timeout).
+    auto const errors = errors_of(3, config, [](staged_model& tp) {
+        std::vector<double> v(tp.rank() == 1 ? 4 : 5000, 1.0);
+        chorus::allreduce<chorus::one_shot>(tp, v);
+    });
+    for (auto const& e : errors) {
+        CHECK_MESSAGE(e.find("rank 1 called allreduce with 32 bytes, rank 0 allreduce with 40000 bytes") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("on the device") != std::string::npos, e);
+    }
+    // Rank 0's host fails the group (its thread's device is not the transport's) while the
+    // others wait in their launches: the abort word it raises stops them, not their timeout, and
+    // every rank says why.
+    auto const host_failure = errors_of(3, config, [](staged_model& tp) {
+        chorus::barrier(tp);
+        if (tp.rank() == 0) tp.device().wrong_device = true;
+        std::vector<double> v(100, 1.0);
+        chorus::allreduce<chorus::one_shot>(tp, v);
+    });
+    for (auto const& e : host_failure) {
+        CHECK_MESSAGE(e.find("current device is not the transport's") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("did not reach") == std::string::npos, e);
+    }
+    // Rank 2 never launches: ranks 0 and 1 wait until their timeout (5 s here; the host
+    // model's lanes wait as a GPU's do), then both name it.
+    auto const missing = errors_of(3, config, [](staged_model& tp) {
+        if (tp.rank() == 2) {
+            chorus::barrier(tp);  // the others' set-up came, then it leaves
+            return;
+        }
+        chorus::barrier(tp);
+        std::vector<double> v(100, 1.0);
+        chorus::allreduce<chorus::one_shot>(tp, v);
+    }, 5s);
+    for (rank_t r : {0, 1}) {
+        std::string const& e = missing[static_cast<std::size_t>(r)];
+        CHECK_MESSAGE(e.find("rank 2 did not reach allreduce with 800 bytes on the device") != std::string::npos, e);
+    }
 }
 
 TEST_CASE("staged protocol (host model): ranks that call a collective differently fail alike, on either side of the one_shot limit") {

@@ -13,6 +13,13 @@
 // For small vectors (the reads grow with p, where the ring's stay flat). Every rank combines
 // the same operands in the same order: results agree bit for bit, non-commutative ops are
 // served.
+//
+// Over a signaling_transport (CUDA IPC with MPS or a GPU per rank), a vector of up to
+// signal_bytes() takes one launch instead: each lane (a block of threads) copies its share into
+// this rank's slot, signals its peers' lanes and waits for theirs through flags in device memory,
+// then folds every rank's share in rank order, the op's finish included (transport/signals.hpp).
+// Cost: one kernel launch, 2 delta of flags on the device, n * beta + (p - 1) * n * (beta + gamma);
+// the host waits for nothing, so a CUDA graph can capture it.
 
 #include <algorithm>
 #include <cstddef>
@@ -22,13 +29,48 @@
 #include <chorus/algorithm/detail/direct.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
+#include <chorus/reduce/traits.hpp>
 #include <chorus/transport/concepts.hpp>
+#include <chorus/transport/signals.hpp>
 
 namespace chorus {
+
+namespace detail {
+// The lanes of a signaled one_shot allreduce, in place or from `in` to `out`.
+template <class T, class Op>
+struct one_shot_allreduce_lanes {
+    T const* in;
+    T* out;
+    std::size_t n;
+    Op op;
+
+    template <class Channel>
+    CHORUS_HOST_DEVICE void operator()(Channel& c) const {
+        lane_span const share = lane_share(n, c.lane(), c.lanes());
+        T* const mine = reinterpret_cast<T*>(c.own());
+        for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) mine[i] = in[i];
+        if (!c.barrier(0)) return;
+        rank_t const p = c.size();
+        for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
+            T acc = c.load(reinterpret_cast<T const*>(c.slot(0)) + i);
+            for (rank_t r = 1; r < p; ++r) acc = static_cast<T>(op(acc, c.load(reinterpret_cast<T const*>(c.slot(r)) + i)));
+            if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
+            out[i] = acc;
+        }
+    }
+};
+} // namespace detail
 
 /// Reduces `data` element-wise over all ranks with `op`, in place, on every rank.
 template <direct_transport Transport, class T, reduce_op<T> Op>
 void one_shot_allreduce(Transport& tp, std::span<T> data, Op op) {
+    if constexpr (signaling_transport<Transport>) {
+        if (std::size_t const most = tp.signal_bytes(); most > 0 && data.size_bytes() <= most) {
+            tp.launch(detail::one_shot_allreduce_lanes<T, Op>{data.data(), data.data(), data.size(), op}, data.size_bytes(),
+                      detail::direct_shape(detail::collective_kind::allreduce, data.size_bytes(), -1), &detail::describe_shape);
+            return;
+        }
+    }
     detail::direct_rounds round(tp, detail::collective_kind::allreduce, data.size_bytes());
     std::size_t const k = round.per_round(sizeof(T));
     for (std::size_t c = 0, rounds = detail::direct_round_count(data.size(), k); c < rounds; ++c) {

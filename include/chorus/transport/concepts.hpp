@@ -9,10 +9,12 @@
 #include <concepts>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <type_traits>
 
 #include <chorus/fwd.hpp>
 #include <chorus/memory.hpp>
+#include <chorus/transport/signals.hpp>
 
 namespace chorus {
 
@@ -138,6 +140,25 @@ concept registering_transport =
     exposing_transport<T> && requires(T& t, std::span<std::byte const> buffer, std::uint64_t word, tag_t tag) {
         { t.keep(buffer, word, tag) } -> std::same_as<std::uint64_t>;
         t.release(word, word, tag);
+    };
+
+/// A direct_transport whose device runs a whole collective in one launch, its ranks
+/// synchronising through flags in each other's memory — put, signal, wait, as MSCCL++'s
+/// primitives — with no host round trip (transport/signals.hpp; docs/concepts.md#signaling_transport).
+/// - `signal_bytes()`: the largest collective a launch serves, the same on every rank; 0: none
+///   (the device cannot, or some rank did not ask for it).
+/// - `launch(body, bytes, shape, describe)` queues one launch of `body` (a trivially copyable
+///   functor whose `operator()(Channel&)` is CHORUS_HOST_DEVICE; the channel is
+///   detail::signal_channel: its slots, barrier(), lanes and threads), in order with the rank's
+///   other device work. Every rank launches the same shape (a word: collective, bytes, root;
+///   `describe` says it in words); one that does not come within the timeout, or comes with
+///   another shape, fails the group on every rank, naming it.
+template <class T>
+concept signaling_transport =
+    direct_transport<T> && requires(T& t, detail::signal_probe const& body, std::size_t n, std::uint64_t word,
+                                    std::string (*describe)(std::uint64_t)) {
+        { t.signal_bytes() } -> std::same_as<std::size_t>;
+        t.launch(body, n, word, describe);
     };
 
 /// A transport whose buffers are ordinary host memory (`std::vector`, arrays).

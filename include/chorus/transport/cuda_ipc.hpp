@@ -35,6 +35,7 @@
 #error "<chorus/transport/cuda_ipc.hpp> defines CUDA kernels: compile this file with nvcc (a .cu file)"
 #endif
 
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -60,6 +61,7 @@
 #include <chorus/reduce/cuda_types.hpp>
 #include <chorus/reduce/traits.hpp>
 #include <chorus/transport/shm.hpp>
+#include <chorus/transport/signals.hpp>
 #include <chorus/transport/staged.hpp>
 #include <chorus/transport/tcp.hpp>
 
@@ -154,6 +156,72 @@ inline void* cuda_scratch_allocate(std::size_t bytes, char const* what) {
     void* p = nullptr;
     cuda_check(cudaMallocFromPoolAsync(&p, bytes, cuda_scratch_pool(), cuda_stream()), what);
     return p;
+}
+
+// Signaled launches (signals.hpp) on a GPU: a lane is a block, its threads a block's. The
+// flags are system-scope atomics (a peer's pad is another process's memory, or another GPU's);
+// the lane counter and the failure claim are this device's own. Reads of the peers' slots skip
+// L1 (__ldcg): a peer wrote them during this launch, after a launch that may have cached them.
+inline constexpr unsigned cuda_signal_threads = 512;
+struct cuda_signal_sync {
+    using system_ref = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_system>;
+    using device_ref = cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device>;
+    __device__ unsigned lane() const { return blockIdx.x; }
+    __device__ unsigned lanes() const { return gridDim.x; }
+    __device__ unsigned thread() const { return threadIdx.x; }
+    __device__ unsigned threads() const { return blockDim.x; }
+    __device__ void lane_sync() const { __syncthreads(); }
+    __device__ void fence_system() const { __threadfence_system(); }
+    __device__ std::uint64_t load_acquire(std::uint64_t& w) const { return system_ref(w).load(cuda::memory_order_acquire); }
+    __device__ std::uint64_t load_relaxed(std::uint64_t& w) const { return system_ref(w).load(cuda::memory_order_relaxed); }
+    __device__ void store_release(std::uint64_t& w, std::uint64_t v) const { system_ref(w).store(v, cuda::memory_order_release); }
+    __device__ void store_relaxed(std::uint64_t& w, std::uint64_t v) const { system_ref(w).store(v, cuda::memory_order_relaxed); }
+    __device__ std::uint64_t add_device(std::uint64_t& w) const { return device_ref(w).fetch_add(1, cuda::memory_order_acq_rel); }
+    __device__ bool claim(std::uint64_t& w) const {
+        std::uint64_t expected = 0;
+        return device_ref(w).compare_exchange_strong(expected, 1, cuda::memory_order_acq_rel);
+    }
+    // The status lies in host memory, where a GPU need not do atomic read-modify-writes: a store.
+    __device__ void publish(std::uint32_t& w, std::uint32_t v) const {
+        cuda::atomic_ref<std::uint32_t, cuda::thread_scope_system>(w).store(v, cuda::memory_order_release);
+    }
+    __device__ std::uint64_t now_ns() const {
+        std::uint64_t t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        return t;
+    }
+    __device__ void pause() const {}
+    template <class T>
+    __device__ T load(T const* p) const {
+        if constexpr (sizeof(T) == 8 && alignof(T) == 8) return bits_as<T>(__ldcg(reinterpret_cast<unsigned long long const*>(p)));
+        else if constexpr (sizeof(T) == 4 && alignof(T) == 4) return bits_as<T>(__ldcg(reinterpret_cast<unsigned const*>(p)));
+        else if constexpr (sizeof(T) == 2 && alignof(T) == 2) return bits_as<T>(__ldcg(reinterpret_cast<unsigned short const*>(p)));
+        else return *p;
+    }
+    template <class T, class U>
+    __device__ static T bits_as(U u) {
+        T t;
+        memcpy(&t, &u, sizeof t);
+        return t;
+    }
+};
+
+template <class Body>
+__global__ void __launch_bounds__(cuda_signal_threads) cuda_signaled_kernel(__grid_constant__ signal_args const a, Body const body) {
+    __shared__ signal_lane_state state;
+    signal_channel<cuda_signal_sync> c(a, state, cuda_signal_sync{});
+    c.begin();
+    body(c);
+    c.finish();
+}
+
+// Whether MPS runs this machine's GPUs (its control pipe exists: CUDA_MPS_PIPE_DIRECTORY,
+// default /tmp/nvidia-mps); `pipe` gets the directory. A pipe left by a daemon that died reads
+// as on: CHORUS_CUDA_SIGNALS=0 then says otherwise.
+inline bool cuda_mps_on(std::string& pipe) {
+    pipe = env_reader::get({"CUDA_MPS_PIPE_DIRECTORY"});
+    if (pipe.empty()) pipe = "/tmp/nvidia-mps";
+    return ::access((pipe + "/control").c_str(), F_OK) == 0;
 }
 
 } // namespace detail
@@ -296,13 +364,58 @@ public:
 
     explicit cuda_ipc_device(int ordinal) : ordinal_(ordinal) { cuda_check(cudaSetDevice(ordinal), "cudaSetDevice"); }
     cuda_ipc_device(cuda_ipc_device&& o) noexcept
-        : ordinal_(o.ordinal_), pool_(std::move(o.pool_)), last_stream_(o.last_stream_), handoff_(std::exchange(o.handoff_, nullptr)) {
+        : ordinal_(o.ordinal_), pool_(std::move(o.pool_)), last_stream_(o.last_stream_), handoff_(std::exchange(o.handoff_, nullptr)),
+          status_(std::exchange(o.status_, nullptr)), side_(std::exchange(o.side_, nullptr)) {
         o.pool_.clear();
     }
     cuda_ipc_device& operator=(cuda_ipc_device&&) = delete;
     ~cuda_ipc_device() {
         for (cudaEvent_t e : pool_) (void)cudaEventDestroy(e);
         if (handoff_) (void)cudaEventDestroy(handoff_);
+        if (status_) (void)cudaFreeHost(status_);  // the engine synchronised the device before
+        if (side_) (void)cudaStreamDestroy(side_);
+    }
+
+    /// A signaled launch (signals.hpp): `lanes` blocks of cuda_signal_threads on chorus's stream.
+    /// Inside a capture it follows no earlier stream (an event of another stream cannot be
+    /// waited for there): capture on the stream the group's work went to, or after synchronising,
+    /// and replay the graph on the stream of the group's other calls (two launches of one rank
+    /// must never run at once: they share its slots and counters).
+    template <class Body>
+    void launch(signal_args const& a, unsigned lanes, Body const& body) {
+        static_assert(std::is_trivially_copyable_v<Body>, "a signaled launch's body is a kernel argument");
+        if (!capturing()) follow_stream();
+        cuda_signaled_kernel<<<lanes, cuda_signal_threads, 0, cuda_stream()>>>(a, body);
+        cuda_check(cudaGetLastError(), "chorus signaled kernel launch");
+    }
+    /// Where this rank's kernels publish their first failure: pinned host memory the device
+    /// writes (mapped; one address for both under unified addressing).
+    /// Stores `value` into device memory (a pad's abort word, this rank's or a peer's through
+    /// its mapping) now, on a stream of its own: a kernel spinning on chorus's stream sees it.
+    void raise(std::uint64_t* word, std::uint64_t value) noexcept {
+        [[maybe_unused]] auto const current = scoped_current();  // a failure on a thread whose device is another
+        if (!side_ && cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking) != cudaSuccess) side_ = nullptr;
+        // From pageable memory the copy is staged before the call returns; the wait is for it alone.
+        if (side_ && cudaMemcpyAsync(word, &value, sizeof value, cudaMemcpyHostToDevice, side_) == cudaSuccess)
+            (void)cudaStreamSynchronize(side_);
+        (void)cudaGetLastError();
+    }
+    /// Whether chorus's stream is being captured into a CUDA graph.
+    bool capturing() const {
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        cuda_check(cudaStreamIsCapturing(cuda_stream(), &capture), "cudaStreamIsCapturing");
+        return capture != cudaStreamCaptureStatusNone;
+    }
+    signal_status* failure_status() {
+        if (!status_) {
+            void* p = nullptr;
+            cuda_check(cudaHostAlloc(&p, sizeof(signal_status), cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc (chorus status)");
+            status_ = static_cast<signal_status*>(p);
+            *status_ = {};
+            // raise()'s stream, made now (at set-up) rather than while a failure unwinds.
+            if (cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking) != cudaSuccess) side_ = nullptr;
+        }
+        return status_;
     }
 
     int ordinal() const noexcept { return ordinal_; }
@@ -335,18 +448,20 @@ public:
     };
     current_scope scoped_current() const noexcept { return current_scope(ordinal_); }
 
-    void check_current() const {
+    void check_current(bool capturing = false) const {
         int current = -1;
         cuda_check(cudaGetDevice(&current), "cudaGetDevice");
         if (current != ordinal_)
             throw invalid_argument("cuda_ipc_transport: this thread's current CUDA device is " + std::to_string(current) +
                                    ", the transport's is " + std::to_string(ordinal_) + ": call cudaSetDevice(" +
                                    std::to_string(ordinal_) + ") in this thread first (the constructor sets it only in its own)");
+        if (capturing) return;  // a signaled launch: the host waits for nothing
         cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
         cuda_check(cudaStreamIsCapturing(cuda_stream(), &capture), "cudaStreamIsCapturing");
         if (capture != cudaStreamCaptureStatusNone)
-            throw invalid_argument("cuda_ipc_transport: the stream is being captured into a CUDA graph; chorus's collectives "
-                                   "wait on the host for device copies and cannot be captured: call them outside the capture");
+            throw invalid_argument("cuda_ipc_transport: the stream is being captured into a CUDA graph; this collective waits on "
+                                   "the host for device copies and cannot be captured (only a one_shot allreduce of signaled "
+                                   "launches can): call it outside the capture");
     }
     // Staging for messages that arrive before their receive: stream-ordered, like scratch.
     void* allocate(std::size_t bytes) { return cuda_scratch_allocate(bytes ? bytes : 1, "cudaMallocFromPoolAsync (chorus staging)"); }
@@ -455,6 +570,8 @@ private:
     std::vector<cudaEvent_t> pool_;
     cudaStream_t last_stream_ = cudaStreamPerThread;
     cudaEvent_t handoff_ = nullptr;
+    signal_status* status_ = nullptr;
+    cudaStream_t side_ = nullptr;  // raise()'s
 };
 
 /// The control channel's shared memory: rings of 64 KiB (a control record is one of 128
@@ -501,6 +618,13 @@ struct cuda_ipc_options {
     /// FIFO (4 slots x 4 MiB), leaves the ring's 4 MiB messages to the FIFO. 0: never. Not yet
     /// measured on a GPU (cuda_bench --ops sendrecv names the way each row took).
     std::size_t rendezvous_bytes = std::size_t{16} << 20;
+    /// Signaled launches: a one_shot allreduce of up to direct_bytes runs as one kernel per rank,
+    /// the ranks synchronising through flags in each other's memory (no host round trip; it can
+    /// be captured into a CUDA graph). 1: on, 0: off, -1: on where the ranks' kernels run at
+    /// once — under MPS, or with a GPU per rank — and off where they are time-sliced (ranks
+    /// sharing a GPU without MPS, where a kernel that waits for a peer's holds the GPU until its
+    /// time slice ends). Used only where every rank has it on.
+    int signals = -1;
 };
 
 struct cuda_ipc_config {
@@ -539,13 +663,14 @@ public:
     /// With CHORUS_DEBUG set, every rank says on stderr which GPU it took and in which mode
     /// the GPU runs (MPS, how many devices), where the choice of schedules depends on them.
     explicit cuda_ipc_transport(shm_transport&& control, cuda_ipc_options options = {})
-        : base(std::move(control), staged_config{options.chunk, options.slots, options.direct_bytes, options.rendezvous_bytes},
+        : base(std::move(control),
+               staged_config{options.chunk, options.slots, options.direct_bytes, options.rendezvous_bytes, signals_wanted(options, control)},
                detail::cuda_ipc_device(detail::cuda_pick_device(options.device, control.local_rank()))) {
         if (detail::debug_enabled()) describe(options);
     }
 
     /// The options from CHORUS_CUDA_DEVICE, CHORUS_CUDA_CHUNK_BYTES, CHORUS_CUDA_SLOTS,
-    /// CHORUS_CUDA_DIRECT_BYTES and CHORUS_CUDA_RENDEZVOUS_BYTES.
+    /// CHORUS_CUDA_DIRECT_BYTES, CHORUS_CUDA_RENDEZVOUS_BYTES and CHORUS_CUDA_SIGNALS (0 or 1).
     static cuda_ipc_options options_from_env() {
         detail::env_reader const env("cuda_ipc_transport::from_env");
         cuda_ipc_options o;
@@ -556,6 +681,11 @@ public:
             env.number_at_least("CHORUS_CUDA_DIRECT_BYTES", 0, static_cast<long long>(o.direct_bytes)));
         o.rendezvous_bytes = static_cast<std::size_t>(
             env.number_at_least("CHORUS_CUDA_RENDEZVOUS_BYTES", 0, static_cast<long long>(o.rendezvous_bytes)));
+        if (!detail::env_reader::get({"CHORUS_CUDA_SIGNALS"}).empty()) {
+            long long const v = env.number_at_least("CHORUS_CUDA_SIGNALS", 0, o.signals);
+            if (v > 1) throw invalid_argument("cuda_ipc_transport::from_env: CHORUS_CUDA_SIGNALS is 0 (off) or 1 (on), not " + std::to_string(v));
+            o.signals = static_cast<int>(v);
+        }
         return o;
     }
     /// The launcher's variables (tcp_config_from_env), options_from_env() and the shared
@@ -577,26 +707,44 @@ public:
 
     /// The CUDA device ordinal this rank uses.
     int device_ordinal() noexcept { return device().ordinal(); }
-    /// Waits for all of chorus's queued device work (the last reduction of a collective).
-    void synchronize() { cuda_device_memory::synchronize(); }
+    /// Waits for all of chorus's queued device work (the last reduction of a collective), then
+    /// throws if a signaled launch among it failed (the group failed: a rank did not come within
+    /// the timeout, or called it differently), as the next call would — or if the group had
+    /// failed before (cleanup after a caught error: destroy the transport instead).
+    void synchronize() {
+        cuda_device_memory::synchronize();
+        check_launches();
+    }
 
 private:
     // Without MPS the kernels of different processes on one GPU are time-sliced, never run at
-    // once; MPS is on when its control pipe exists (CUDA_MPS_PIPE_DIRECTORY, default
-    // /tmp/nvidia-mps).
+    // once: signaled launches only where MPS is on, or every rank (of this node: the control
+    // channel's) has a GPU of its own, unless the options say.
+    static bool signals_wanted(cuda_ipc_options const& options, shm_transport const& control) {
+        if (options.signals >= 0) return options.signals == 1;
+        std::string pipe;
+        if (detail::cuda_mps_on(pipe)) return true;
+        int devices = 0;
+        detail::cuda_check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+        return options.device < 0 && control.size() <= devices;
+    }
+
     void describe(cuda_ipc_options const& options) {
         int devices = 0;
         (void)cudaGetDeviceCount(&devices);
         cudaDeviceProp prop{};
         (void)cudaGetDeviceProperties(&prop, device_ordinal());
-        std::string pipe = detail::env_reader::get({"CUDA_MPS_PIPE_DIRECTORY"});
-        if (pipe.empty()) pipe = "/tmp/nvidia-mps";
-        bool const mps = ::access((pipe + "/control").c_str(), F_OK) == 0;
+        std::string pipe;
+        bool const mps = detail::cuda_mps_on(pipe);
         std::fprintf(stderr,
                      "chorus: rank %d/%d cuda_ipc on GPU %d of %d (%s); MPS %s (%s/control); one_shot up to %zu bytes, "
-                     "FIFOs %zu x %zu bytes per peer, rendezvous from %zu bytes (0: never); control through shared memory\n",
+                     "signaled launches %s; FIFOs %zu x %zu bytes per peer, rendezvous from %zu bytes (0: never); control through "
+                     "shared memory\n",
                      rank(), size(), device_ordinal(), devices, prop.name, mps ? "on" : "off: kernels of the ranks sharing a GPU are time-sliced",
-                     pipe.c_str(), options.direct_bytes, options.slots, options.chunk, options.rendezvous_bytes);
+                     pipe.c_str(), options.direct_bytes,
+                     signals_wanted(options, control()) ? "asked for (used where every rank asks)" : "off (CHORUS_CUDA_SIGNALS=1 forces them)",
+                     options.slots, options.chunk,
+                     options.rendezvous_bytes);
     }
 
     static shm_config with_timeout(shm_config c, std::chrono::milliseconds timeout) noexcept {

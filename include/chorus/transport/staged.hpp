@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 
 #include <chorus/detail/request_handle.hpp>
@@ -97,6 +98,24 @@ public:
         engine_->release_registration(registration, agreed, tag);
     }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
+    /// Signaled launches (signaling_transport), where the device runs them.
+    std::size_t signal_bytes()
+        requires engine::can_signal
+    {
+        return engine_->signal_bytes();
+    }
+    template <class Body>
+    void launch(Body const& body, std::size_t bytes, std::uint64_t shape, std::string (*describe)(std::uint64_t))
+        requires engine::can_signal
+    {
+        engine_->launch(body, bytes, shape, describe);
+    }
+    /// Throws if a signaled launch failed on the device by now (or the group failed before).
+    void check_launches()
+        requires engine::can_signal
+    {
+        engine_->check_launches();
+    }
     void abort(char const* reason) noexcept {
         try {
             engine_->abort(reason ? reason : "aborted");

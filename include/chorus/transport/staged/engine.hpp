@@ -16,6 +16,10 @@
 // a block is copied into this rank's slot, announced by a control record, and read by the
 // peers where it lies. So do rendezvous messages (staged_config::rendezvous_bytes): the
 // receiver copies them once from the sender's buffer.
+//
+// Signaled launches (signal_bytes(), launch(): signals.hpp), where the device runs them and
+// every rank asked for them (staged_config::signals): a pad and two more slots behind the direct
+// slots, which the device's kernels use with no control message at all.
 
 #include <algorithm>
 #include <array>
@@ -40,6 +44,7 @@
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/transport/concepts.hpp>
+#include <chorus/transport/signals.hpp>
 #include <chorus/transport/staged/protocol.hpp>
 
 namespace chorus::detail {
@@ -53,15 +58,20 @@ public:
     /// engine uses its tags 1, 2 and 3). Starts the exchange of FIFO handles with every peer.
     staged_engine(Control&& control, staged_config config, Device device)
         : device_(std::move(device)), chunk_(config.chunk), slots_(config.slots), direct_bytes_(config.direct_bytes),
-          rendezvous_bytes_(config.rendezvous_bytes), timeout_(control.timeout()) {
+          rendezvous_bytes_(config.rendezvous_bytes), timeout_(control.timeout()),
+          signals_(can_signal && config.signals && config.direct_bytes > 0) {
         if (chunk_ == 0 || slots_ == 0) throw invalid_argument("staged transport: chunk and slots must be positive");
         control_.emplace(std::move(control));
         me_ = control_->rank();
         peers_.resize(static_cast<std::size_t>(control_->size()));
         // One allocation holds the FIFOs of all senders, self included (region s is s's), then
-        // the two direct slots.
-        fifo_ = device_.allocate_shared(direct_offset() + 2 * direct_stride());
+        // the two direct slots, then the signal pad and its two slots.
+        fifo_ = device_.allocate_shared(signal_offset() + (signals_ ? pad_stride() + 2 * direct_stride() : 0));
         try {
+            if (signals_) {
+                zero_pad();
+                (void)device_.failure_status();  // now, not inside a capture (where allocating is not allowed)
+            }
             exchange_handles();
             for (rank_t r = 0; r < size(); ++r) {
                 post_control_receive(r);
@@ -130,6 +140,75 @@ public:
     /// The largest block of a direct exchange; 0: none.
     std::size_t direct_bytes() const noexcept { return direct_bytes_; }
     std::size_t rendezvous_bytes() const noexcept { return can_expose ? rendezvous_bytes_ : 0; }
+
+    /// Whether the device runs signaled launches (signals.hpp): `d.launch(args, lanes, body)`,
+    /// `d.failure_status()` (the host-visible signal_status its kernels write) and
+    /// `d.raise(word, value)` (a store into device memory from the host, beside queued work).
+    static constexpr bool can_signal = requires(Device& d, signal_args const& a, std::uint64_t* w) {
+        d.launch(a, 1u, signal_probe{});
+        { d.failure_status() } -> std::same_as<signal_status*>;
+        { d.raise(w, std::uint64_t{}) } noexcept;
+    };
+
+    /// The largest collective of a signaled launch, the same on every rank: direct_bytes where
+    /// every rank asked for signals (each says so in its set-up message, awaited here the first
+    /// time), 0 where not, or beyond signal_max_ranks ranks.
+    std::size_t signal_bytes() {
+        if (!signals_ || size() < 2 || size() > signal_max_ranks) return 0;
+        throw_if_failed();
+        if (!peers_heard_ && device_capturing()) {
+            std::string const what = "staged transport: the first signaled collective inside a CUDA graph capture: the set-up it "
+                                     "completes cannot be captured; run one collective before the capture";
+            abort(what);
+            throw invalid_argument(what);
+        }
+        await_peers();
+        return all_signal_ ? direct_bytes_ : 0;
+    }
+
+    /// Throws if the group failed, or a signaled launch failed on the device by now.
+    void check_launches() {
+        throw_if_failed();
+        check_signals();
+    }
+
+    /// One signaled launch of `body` for a collective of `bytes` (at most signal_bytes()) whose
+    /// shape is `shape` (`describe` says it in words): queued on the device in order with this
+    /// rank's other work, not waited for (it may be captured into a CUDA graph). A failure (a
+    /// rank that does not come within the timeout, or ranks that called it differently) fails
+    /// the group on every rank: the host model's launch runs at once and throws here; a GPU's
+    /// throws from the rank's next call into the transport.
+    template <class Body>
+    void launch(Body const& body, std::size_t bytes, std::uint64_t shape, std::string (*describe)(std::uint64_t))
+        requires can_signal
+    {
+        throw_if_failed();
+        check_device(/*capturing=*/true);
+        if (signal_bytes() == 0 || bytes > signal_bytes()) {
+            std::string const what = "staged transport: a signaled launch of " + std::to_string(bytes) + " bytes, but signal_bytes() is " +
+                                     std::to_string(signal_bytes());
+            abort(what);
+            throw invalid_argument(what);
+        }
+        settle_sends();
+        throw_if_failed();
+        signal_args a{};
+        for (rank_t r = 0; r < size(); ++r) a.base[r] = static_cast<std::byte*>(r == me_ ? fifo_ : peer_of(r).opened);
+        a.pad_offset = signal_offset();
+        a.slot_offset = signal_offset() + pad_stride();
+        a.slot_stride = direct_stride();
+        a.shape = shape;
+        a.timeout_ns = timeout_.count() > 0  // 0: none
+                           ? static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(timeout_).count())
+                           : ~std::uint64_t{0};
+        a.status = device_.failure_status();
+        a.rank = me_;
+        a.size = size();
+        describe_ = describe;
+        launched_ = true;
+        failing_on_error([&] { device_.launch(a, signal_lanes(bytes, size()), body); });
+        check_signals();
+    }
 
     /// One round of the direct exchange (transport/concepts.hpp, direct_transport): copies the
     /// concatenation of `pieces` into this rank's slot of the round, and once the copy
@@ -297,6 +376,7 @@ public:
             if (!failure_) failure_ = std::make_exception_ptr(transport_error(errc::peer_failed, me_, reason));
         } catch (...) {
         }
+        raise_signals(/*everyone=*/true);  // after the reason left: a peer stopped by the word finds it there
     }
 
 private:
@@ -308,6 +388,7 @@ private:
     struct hello {
         typename Device::handle handle;
         std::uint64_t chunk, slots, direct_bytes;
+        std::uint64_t signals;  // 1: it asked for signaled launches (and has the pad)
     };
     static_assert(std::is_trivially_copyable_v<hello>);
     // A peer's direct record of one round (its latest two are kept: a peer may announce round
@@ -427,6 +508,9 @@ private:
     static constexpr std::size_t round_up(std::size_t n) noexcept { return (n + 255) / 256 * 256; }
     std::size_t direct_offset() const noexcept { return round_up(peers_.size() * region_bytes()); }
     std::size_t direct_stride() const noexcept { return round_up(direct_bytes_); }
+    // The signal pad and its two slots (signals.hpp): behind the direct slots.
+    std::size_t signal_offset() const noexcept { return direct_offset() + 2 * direct_stride(); }
+    static constexpr std::size_t pad_stride() noexcept { return round_up(sizeof(signal_pad)); }
     template <class Byte>
     Byte* direct_slot(Byte* base, std::uint64_t round) const noexcept {
         return base + direct_offset() + (round & 1) * direct_stride();
@@ -532,7 +616,7 @@ private:
     // Posts the exchange of FIFO handles; progress() opens each peer's when it arrived. Not waited
     // for: a peer that fails right after its set-up must fail our next operation, not this one.
     void exchange_handles() {
-        own_hello_ = {device_.export_handle(fifo_), chunk_, slots_, direct_bytes_};
+        own_hello_ = {device_.export_handle(fifo_), chunk_, slots_, direct_bytes_, signals_ ? 1u : 0u};
         handles_.resize(peers_.size());
         for (rank_t r = 0; r < size(); ++r) {
             peer_state& q = peer_of(r);
@@ -619,15 +703,153 @@ private:
     }
 
     // Copies and events must go to the device the FIFOs live on: a thread whose current device
-    // is another one fails here, and the group with it, rather than misplacing work.
-    void check_device() {
+    // is another one fails here, and the group with it, rather than misplacing work. A signaled
+    // launch may be captured into a CUDA graph (`capturing`); other work may not. A signaled
+    // launch that failed on the device since the last call fails the group here.
+    void check_device(bool capturing = false) {
         try {
-            device_.check_current();
+            if constexpr (can_signal) device_.check_current(capturing);
+            else device_.check_current();
         } catch (error const& e) {
             abort(e.what());
             settle_device();
             throw;
         }
+        check_signals();
+    }
+
+    // The pad starts zeroed (flags count launches from 1), before any peer can open it.
+    void zero_pad() {
+        std::vector<std::byte> const zeros(sizeof(signal_pad));
+        device_.copy(static_cast<std::byte*>(fifo_) + signal_offset(), zeros.data(), zeros.size());
+        device_.synchronize();
+    }
+
+    // Until every peer's set-up message came (and its memory is open here), as a receive waits.
+    void await_peers() {
+        if (peers_heard_) return;
+        auto const missing = [&]() -> rank_t {
+            for (rank_t r = 0; r < size(); ++r)
+                if (!peer_of(r).remote) return r;
+            return -1;
+        };
+        message_op op;
+        wait_until(op, deadline_after(timeout_), [&] { return missing() < 0; }, [&] { op.peer = missing(); }, [] {});
+        peers_heard_ = true;
+        all_signal_ = std::ranges::all_of(handles_, [&](hello const& h) { return &h == &handles_[static_cast<std::size_t>(me_)] || h.signals; });
+    }
+
+    // A signaled launch's failure, once the device published it: the group fails (failure_),
+    // naming the rank to blame as every rank's device does. True if it did.
+    bool signals_failed() {
+        if constexpr (can_signal) {
+            if (!launched_ || failure_) return false;
+            signal_status const s = read_signal_status(device_.failure_status());
+            if (s.code == 0) return false;
+            auto const shape = [&](std::uint64_t w) { return describe_ ? describe_(w) : std::string("a signaled collective"); };
+            std::string const me = "rank " + std::to_string(me_) + ": ", culprit = "rank " + std::to_string(s.culprit);
+            std::string const found = s.finder == me_ ? std::string()
+                                                      : " (rank " + std::to_string(s.finder) + " found it on the device and stopped every rank)";
+            std::string what;
+            switch (static_cast<signal_failure>(s.code)) {
+            case signal_failure::timeout:
+                what = me + culprit + " did not reach " + shape(s.shape) + " on the device within the timeout (" +
+                       std::to_string(timeout_.count()) + " ms): it died, hangs, or called another collective" + found;
+                failure_ = std::make_exception_ptr(timeout_error(s.culprit, what));
+                break;
+            case signal_failure::mismatch:
+                what = me + culprit + " called " + shape(s.theirs) + ", rank 0 " + shape(s.first) +
+                       " (on the device): the ranks called it differently";
+                failure_ = std::make_exception_ptr(transport_error(errc::size_mismatch, s.culprit, what));
+                break;
+            default: {  // its host failed the group: the control channel brings its reason (sent first)
+                auto const deadline = clock::now() + std::chrono::seconds(2);
+                while (!failure_ && clock::now() < deadline) {
+                    progress();
+                    std::this_thread::yield();
+                }
+                if (failure_) return true;
+                what = me + culprit + " failed the group while this rank's device waited for it in " + shape(s.shape);
+                failure_ = std::make_exception_ptr(transport_error(errc::peer_failed, s.culprit, what));
+                break;
+            }
+            }
+            if (s.finder != me_ && static_cast<signal_failure>(s.code) == signal_failure::mismatch) {
+                what = me + culprit + " called " + shape(s.shape) + " differently from rank 0, as rank " + std::to_string(s.finder) +
+                       " found on the device (it stopped every rank)";
+                failure_ = std::make_exception_ptr(transport_error(errc::size_mismatch, s.culprit, what));
+            }
+            try {
+                control_->abort(what.c_str());  // not abort(): the devices were stopped already, by their own word
+            } catch (...) {
+            }
+            for (auto& q : peers_) q.queue.drop_receives();
+            settle_device();
+            return true;
+        }
+        return false;
+    }
+    void check_signals() {
+        if (signals_failed()) std::rethrow_exception(failure_);
+    }
+
+    // A failure on the host stops this rank's signaled launches at once, and the peers' where it
+    // is this rank's own (`everyone`; a failure the control channel brought reached them too):
+    // the abort word, written into each pad (the peers' through the mappings this rank holds)
+    // beside the queued work.
+    void raise_signals(bool everyone) noexcept {
+        if constexpr (can_signal) {
+            if (!signals_ || raised_) return;
+            raised_ = true;
+            std::uint64_t const word = signal_abort_word(signal_failure::host, 0, me_, me_);
+            for (rank_t r = 0; r < size(); ++r) {
+                void* const base = r == me_ ? fifo_ : peer_of(r).opened;
+                if (base && (r == me_ || (everyone && all_signal_)))  // a rank that did not ask for signals has no pad
+                    device_.raise(reinterpret_cast<std::uint64_t*>(static_cast<std::byte*>(base) + signal_offset() + offsetof(signal_pad, abort)),
+                                  word);
+            }
+        }
+    }
+
+    // Before a signaled launch, this rank's messages still to be enqueued go first: queued behind
+    // the launch on the stream they would wait for every peer's launch, which a peer may make only
+    // once it received them. None may be pending inside a capture (their copies would be captured).
+    void settle_sends() {
+        auto const pending = [&]() -> rank_t {
+            for (rank_t r = 0; r < size(); ++r)
+                if (!peer_of(r).sends.empty()) return r;
+            return -1;
+        };
+        if (device_capturing()) {
+            if (pending() >= 0) {
+                std::string const what = "staged transport: a signaled launch inside a CUDA graph capture while messages to rank " +
+                                         std::to_string(pending()) + " are still being sent: wait for them before the capture";
+                abort(what);
+                throw invalid_argument(what);
+            }
+            return;
+        }
+        // As NCCL orders a send before a collective on one stream: the peer must receive it
+        // before its own launch (a receive it posts after waits behind its launch, for ours).
+        auto const deadline = deadline_after(timeout_);
+        for (;;) {
+            progress();
+            throw_if_failed();
+            rank_t const q = pending();
+            if (q < 0) return;
+            if (clock::now() > deadline) {
+                std::string const what = "rank " + std::to_string(me_) + ": a signaled collective waited past the timeout for its message to rank " +
+                                         std::to_string(q) + " to leave (the FIFO's credits): messages sent before a collective must be "
+                                         "received before it (as NCCL orders them on a stream)";
+                abort(what);
+                throw timeout_error(q, what);
+            }
+            std::this_thread::yield();
+        }
+    }
+    bool device_capturing() {
+        if constexpr (requires { device_.capturing(); }) return device_.capturing();
+        else return false;
     }
 
     void unpost(staged_op& op) noexcept { peer_of(op.peer).queue.unpost(op); }
@@ -668,12 +890,15 @@ private:
     // or from a connection they see fail too).
     void fail_engine() noexcept {
         failure_ = std::current_exception();
+        bool own = false;  // this rank's failure (its device's), not one the control channel brought
         try {
             throw;
         } catch (device_error const& e) {
             control_->abort(e.what());
+            own = true;
         } catch (...) {
         }
+        raise_signals(own);
         for (auto& q : peers_) q.queue.drop_receives();
         settle_device();
     }
@@ -1107,6 +1332,7 @@ private:
             progress();
             if (ready()) return;
             if (op.done) break;
+            signals_failed();  // a launch queued before this wait failed: the device named the culprit
             if (failure_) {
                 leave();
                 settle_device();
@@ -1145,6 +1371,12 @@ private:
     std::uint64_t sequence_ = 0;
     std::exception_ptr failure_;
     bool closing_ = false;
+    bool signals_;                // this rank asked for signaled launches, and its device runs them
+    bool peers_heard_ = false;    // every peer's set-up message came
+    bool all_signal_ = false;     // and every rank asked for signaled launches
+    bool launched_ = false;       // a signaled launch was queued (its status may say it failed)
+    bool raised_ = false;         // this rank raised the abort word of every rank's pad
+    std::string (*describe_)(std::uint64_t) = nullptr;  // a shape in words, for a failure's text
 };
 
 } // namespace chorus::detail

@@ -102,6 +102,10 @@ struct staged_config {
     /// sender's buffer where it lies (rendezvous, above), where the device exports it; 0:
     /// never. Each rank decides for its own sends: the ranks need not agree.
     std::size_t rendezvous_bytes = 0;
+    /// Signaled launches (signals.hpp: one_shot collectives run whole on the device, the ranks
+    /// synchronising through flags in each other's memory), where the device runs them and
+    /// direct_bytes is not 0; used only where every rank asks for them.
+    bool signals = false;
 };
 
 namespace detail {
