@@ -12,8 +12,8 @@
 //   cuda_ipc_test killed    3 ranks, rank 2 SIGKILLed mid-collective: the others name it;
 //   cuda_ipc_test streams   collectives ordered on a program's stream (cuda_stream_guard); a
 //                           signaled allreduce captured into a CUDA graph and replayed (where
-//                           signals are on), a collective that waits on the host refused, on
-//                           every rank, inside a capture.
+//                           signals are on), a collective that waits on the host (a ring
+//                           allreduce) refused, on every rank, inside a capture.
 // Without a usable GPU every rank prints why and exits 77, which ctest reports as skipped
 // (SKIP_RETURN_CODE), never as passed.
 
@@ -656,7 +656,7 @@ int streams() {
     check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
         chorus::cuda_stream_guard on(s);
-        chorus::broadcast(tp, d.span(), 0);  // one_shot rounds: the host waits for their copies
+        chorus::allreduce<chorus::ring>(tp, d.span(), chorus::sum{});  // messages: the host waits for their copies
     } catch (chorus::error const& e) {
         said = e.what();
     }
@@ -669,7 +669,7 @@ int streams() {
         ++t.failed;
         t.first = "a collective in a stream capture: '" + said + "', the capture ended with " + cudaGetErrorName(ended);
     }
-    std::printf("rank %d: broadcast in a stream capture: %s\n", me, said.empty() ? "no error" : said.c_str());
+    std::printf("rank %d: a ring allreduce in a stream capture: %s\n", me, said.empty() ? "no error" : said.c_str());
     cudaStreamDestroy(s);
     return report(tp, t, "stream");
 }

@@ -114,13 +114,14 @@ public:
     }
 
     // Signaled launches (signals.hpp), run at once in the rank's thread once its queued copies
-    // ran (a stream's order): lane after lane, each waiting for its peers' (other threads).
+    // ran (a stream's order): lane after lane, each waiting for its peers' (other threads) and
+    // moving the transport's messages meanwhile (`poll`), as a host does beside a GPU's kernel.
     template <class Body>
-    void launch(chorus::detail::signal_args const& a, unsigned lanes, Body const& body) {
+    void launch(chorus::detail::signal_args const& a, unsigned lanes, Body const& body, chorus::detail::signal_poll poll) {
         synchronize();
         ++launches;
         last_lanes = lanes;
-        chorus::detail::run_signaled_on_host(a, lanes, body);
+        chorus::detail::run_signaled_on_host(a, lanes, body, poll);
     }
     chorus::detail::signal_status* failure_status() noexcept { return &status_; }
     void raise(std::uint64_t* word, std::uint64_t value) noexcept { chorus::detail::host_signal_sync::raise(*word, value); }

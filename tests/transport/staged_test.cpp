@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -110,8 +111,8 @@ TEST_CASE_TEMPLATE_INVOKE(transport_conformance, staged_runner);
 // slow 2-core machine (whole, it took a minute alone on a 2-core VM and over three on CI
 // beside other tests).
 namespace {
-// The reductions with signaled launches (one_shot allreduces of up to 1 KiB run whole on the
-// "device"), the data movement without.
+// With signaled launches (one_shot allreduces, broadcasts and allgathers of up to 1 KiB run
+// whole on the "device"); the one_shot rounds of those sizes are checked in the 16 KiB test.
 template <class Check>
 void staged_matrix(std::initializer_list<rank_t> ranks, Check const& check, bool signals = false) {
     for (rank_t p : ranks) {
@@ -133,11 +134,11 @@ TEST_CASE("staged protocol (host model): the collective matrix at 4 ranks, reduc
 }
 
 TEST_CASE("staged protocol (host model): the collective matrix at 1 to 3 ranks, data movement") {
-    staged_matrix({1, 2, 3}, [](staged_model& tp, oracle::failures& f) { checks::movement(tp, f); });
+    staged_matrix({1, 2, 3}, [](staged_model& tp, oracle::failures& f) { checks::movement(tp, f); }, /*signals=*/true);
 }
 
 TEST_CASE("staged protocol (host model): the collective matrix at 4 ranks, data movement") {
-    staged_matrix({4}, [](staged_model& tp, oracle::failures& f) { checks::movement(tp, f); });
+    staged_matrix({4}, [](staged_model& tp, oracle::failures& f) { checks::movement(tp, f); }, /*signals=*/true);
 }
 
 TEST_CASE("staged protocol (host model): one_shot in one round of 16 KiB slots, one copy into the slot and no message") {
@@ -643,6 +644,21 @@ TEST_CASE("staged protocol (host model): a signaled one_shot allreduce is one la
             chorus::allreduce(tp, small);
             ++calls;
             CHECK(small == std::vector<int>(10, p));
+            // Broadcast and allgather, across lane partitions too.
+            for (std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{0}, std::size_t{3}}) {
+                CAPTURE(n);
+                std::vector<double> b(n, me == p - 1 ? 7.5 : -1.0);
+                chorus::broadcast(tp, b, p - 1);
+                ++calls;
+                CHECK(b == std::vector<double>(n, 7.5));
+                std::vector<std::int32_t> mine(n), all(n * static_cast<std::size_t>(p));
+                for (std::size_t i = 0; i < n; ++i) mine[i] = static_cast<std::int32_t>(me * 100000 + static_cast<rank_t>(i));
+                chorus::allgather(tp, mine, all);
+                ++calls;
+                for (rank_t r = 0; r < p; ++r)
+                    for (std::size_t i = 0; i < n; ++i)
+                        REQUIRE(all[static_cast<std::size_t>(r) * n + i] == static_cast<std::int32_t>(r * 100000 + static_cast<rank_t>(i)));
+            }
             CHECK(device.launches - launches == calls);
             CHECK(device.copies == copies);  // each lane copied its share into the slot itself
             // Beyond the slots: rounds of the direct exchange, not a launch.
@@ -690,17 +706,18 @@ TEST_CASE("staged protocol (host model): signaled launches of other sizes, or a 
         CHECK_MESSAGE(e.find("current device is not the transport's") != std::string::npos, e);
         CHECK_MESSAGE(e.find("did not reach") == std::string::npos, e);
     }
-    // Rank 2 never launches: ranks 0 and 1 wait until their timeout (5 s here; the host
-    // model's lanes wait as a GPU's do), then both name it.
+    // Rank 2 never launches (nor leaves, until after the others' timeout: 3 s here): ranks 0
+    // and 1 wait on the device until then, and both name it.
     auto const missing = errors_of(3, config, [](staged_model& tp) {
         if (tp.rank() == 2) {
-            chorus::barrier(tp);  // the others' set-up came, then it leaves
+            chorus::barrier(tp);  // the others' set-up came
+            std::this_thread::sleep_for(4s);
             return;
         }
         chorus::barrier(tp);
         std::vector<double> v(100, 1.0);
         chorus::allreduce<chorus::one_shot>(tp, v);
-    }, 5s);
+    }, 3s);
     for (rank_t r : {0, 1}) {
         std::string const& e = missing[static_cast<std::size_t>(r)];
         CHECK_MESSAGE(e.find("rank 2 did not reach allreduce with 800 bytes on the device") != std::string::npos, e);

@@ -47,8 +47,7 @@ struct one_shot_allreduce_lanes {
     template <class Channel>
     CHORUS_HOST_DEVICE void operator()(Channel& c) const {
         lane_span const share = lane_share(n, c.lane(), c.lanes());
-        T* const mine = reinterpret_cast<T*>(c.own());
-        for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) mine[i] = in[i];
+        lane_copy(c, share, in, reinterpret_cast<T*>(c.own()));
         if (!c.barrier(0)) return;
         rank_t const p = c.size();
         for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
@@ -64,13 +63,9 @@ struct one_shot_allreduce_lanes {
 /// Reduces `data` element-wise over all ranks with `op`, in place, on every rank.
 template <direct_transport Transport, class T, reduce_op<T> Op>
 void one_shot_allreduce(Transport& tp, std::span<T> data, Op op) {
-    if constexpr (signaling_transport<Transport>) {
-        if (std::size_t const most = tp.signal_bytes(); most > 0 && data.size_bytes() <= most) {
-            tp.launch(detail::one_shot_allreduce_lanes<T, Op>{data.data(), data.data(), data.size(), op}, data.size_bytes(),
-                      detail::direct_shape(detail::collective_kind::allreduce, data.size_bytes(), -1), &detail::describe_shape);
-            return;
-        }
-    }
+    if (detail::launch_signaled(tp, detail::collective_kind::allreduce, data.size_bytes(), -1,
+                                detail::one_shot_allreduce_lanes<T, Op>{data.data(), data.data(), data.size(), op}))
+        return;
     detail::direct_rounds round(tp, detail::collective_kind::allreduce, data.size_bytes());
     std::size_t const k = round.per_round(sizeof(T));
     for (std::size_t c = 0, rounds = detail::direct_round_count(data.size(), k); c < rounds; ++c) {

@@ -9,6 +9,10 @@
 // Cost: R delta (R = ceil(nb / D)) + n * beta at the root + n * beta at every other rank, at
 // once: one round against the binomial tree's log2 p messages in sequence. For small vectors:
 // all p - 1 ranks read the root's memory at the same time.
+//
+// Over a signaling_transport, a vector of up to signal_bytes() takes one launch instead
+// (transport/signals.hpp): the root's lanes copy their shares into its slot and signal, the
+// others' lanes wait and copy the same shares out; no host round trip.
 
 #include <algorithm>
 #include <cstddef>
@@ -18,13 +22,35 @@
 #include <chorus/algorithm/detail/direct.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/transport/concepts.hpp>
+#include <chorus/transport/signals.hpp>
 
 namespace chorus {
+
+namespace detail {
+// The lanes of a signaled one_shot broadcast.
+template <class T>
+struct one_shot_broadcast_lanes {
+    T* data;
+    std::size_t n;
+    rank_t root;
+
+    template <class Channel>
+    CHORUS_HOST_DEVICE void operator()(Channel& c) const {
+        lane_span const share = lane_share(n, c.lane(), c.lanes());
+        if (c.rank() == root) lane_copy(c, share, static_cast<T const*>(data), reinterpret_cast<T*>(c.own()));
+        if (!c.barrier(0) || c.rank() == root) return;
+        lane_copy(c, share, reinterpret_cast<T const*>(c.slot(root)), data);
+    }
+};
+} // namespace detail
 
 /// Copies `data` from `root` to every rank, in place.
 template <direct_transport Transport, class T>
 void one_shot_broadcast(Transport& tp, std::span<T> data, rank_t root) {
     detail::check_root(tp, root, "broadcast");
+    if (detail::launch_signaled(tp, detail::collective_kind::broadcast, data.size_bytes(), root,
+                                detail::one_shot_broadcast_lanes<T>{data.data(), data.size(), root}))
+        return;
     rank_t const me = tp.rank();
     detail::direct_rounds round(tp, detail::collective_kind::broadcast, data.size_bytes(), root);
     std::size_t const k = round.per_round(sizeof(T));

@@ -382,7 +382,7 @@ public:
     /// and replay the graph on the stream of the group's other calls (two launches of one rank
     /// must never run at once: they share its slots and counters).
     template <class Body>
-    void launch(signal_args const& a, unsigned lanes, Body const& body) {
+    void launch(signal_args const& a, unsigned lanes, Body const& body, signal_poll) {
         static_assert(std::is_trivially_copyable_v<Body>, "a signaled launch's body is a kernel argument");
         if (!capturing()) follow_stream();
         cuda_signaled_kernel<<<lanes, cuda_signal_threads, 0, cuda_stream()>>>(a, body);
@@ -618,7 +618,7 @@ struct cuda_ipc_options {
     /// FIFO (4 slots x 4 MiB), leaves the ring's 4 MiB messages to the FIFO. 0: never. Not yet
     /// measured on a GPU (cuda_bench --ops sendrecv names the way each row took).
     std::size_t rendezvous_bytes = std::size_t{16} << 20;
-    /// Signaled launches: a one_shot allreduce of up to direct_bytes runs as one kernel per rank,
+    /// Signaled launches: a one_shot allreduce, broadcast or allgather of up to direct_bytes runs as one kernel per rank,
     /// the ranks synchronising through flags in each other's memory (no host round trip; it can
     /// be captured into a CUDA graph). 1: on, 0: off, -1: on where the ranks' kernels run at
     /// once — under MPS, or with a GPU per rank — and off where they are time-sliced (ranks

@@ -110,6 +110,13 @@ struct signal_status {
     std::uint64_t theirs, first;  // mismatch, found here: the culprit's shape and rank 0's
 };
 
+/// What a launch that runs in the host's thread (the host model) calls while it waits: the
+/// transport's progress, so that messages in flight keep moving. A GPU's launch ignores it.
+struct signal_poll {
+    void (*fn)(void*) = nullptr;
+    void* context = nullptr;
+};
+
 /// A body that does nothing: what concepts check a launch with.
 struct signal_probe {
     template <class Channel>
@@ -296,6 +303,7 @@ private:
 /// at sequentially consistent strength where the device's are system-scope.
 struct host_signal_sync {
     unsigned lane_, lanes_;
+    signal_poll poll_;
     unsigned lane() const { return lane_; }
     unsigned lanes() const { return lanes_; }
     static unsigned thread() { return 0; }
@@ -317,7 +325,10 @@ struct host_signal_sync {
         return static_cast<std::uint64_t>(
             std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
     }
-    static void pause() { std::this_thread::yield(); }
+    void pause() const {
+        if (poll_.fn) poll_.fn(poll_.context);
+        std::this_thread::yield();
+    }
     template <class T>
     static T load(T const* p) {
         return *p;
@@ -328,10 +339,10 @@ struct host_signal_sync {
 /// lane b of every rank pairs with lane b of its peers only, so no rank waits for a lane its
 /// peer runs later).
 template <class Body>
-void run_signaled_on_host(signal_args const& a, unsigned lanes, Body const& body) {
+void run_signaled_on_host(signal_args const& a, unsigned lanes, Body const& body, signal_poll poll = {}) {
     for (unsigned b = 0; b < lanes; ++b) {
         signal_lane_state state{};
-        signal_channel<host_signal_sync> c(a, state, host_signal_sync{b, lanes});
+        signal_channel<host_signal_sync> c(a, state, host_signal_sync{b, lanes, poll});
         c.begin();
         body(c);
         c.finish();

@@ -27,6 +27,7 @@
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/transport/concepts.hpp>
+#include <chorus/transport/signals.hpp>
 
 namespace chorus::detail {
 
@@ -171,6 +172,25 @@ private:
     bool empty_;
     bool checked_ = false;
 };
+
+/// The one_shot collectives' first choice over a signaling_transport: `body` as one signaled
+/// launch (transport/signals.hpp) where `bytes` fit signal_bytes() — true — else nothing.
+template <class Transport, class Body>
+bool launch_signaled(Transport& tp, collective_kind kind, std::size_t bytes, rank_t root, Body const& body) {
+    if constexpr (signaling_transport<Transport>) {
+        if (std::size_t const most = tp.signal_bytes(); most > 0 && bytes <= most) {
+            tp.launch(body, bytes, direct_shape(kind, bytes, root), &describe_shape);
+            return true;
+        }
+    }
+    return false;
+}
+
+/// A lane's copy of its share of `from` into `to` (a signaled body's).
+template <class Channel, class T>
+CHORUS_HOST_DEVICE void lane_copy(Channel& c, lane_span share, T const* from, T* to) {
+    for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) to[i] = c.load(from + i);
+}
 
 /// The rounds that cover `n` elements, `k` per round: at least one (an empty collective still
 /// meets, and checks that every rank called it alike).

@@ -141,11 +141,11 @@ public:
     std::size_t direct_bytes() const noexcept { return direct_bytes_; }
     std::size_t rendezvous_bytes() const noexcept { return can_expose ? rendezvous_bytes_ : 0; }
 
-    /// Whether the device runs signaled launches (signals.hpp): `d.launch(args, lanes, body)`,
+    /// Whether the device runs signaled launches (signals.hpp): `d.launch(args, lanes, body, poll)`,
     /// `d.failure_status()` (the host-visible signal_status its kernels write) and
     /// `d.raise(word, value)` (a store into device memory from the host, beside queued work).
     static constexpr bool can_signal = requires(Device& d, signal_args const& a, std::uint64_t* w) {
-        d.launch(a, 1u, signal_probe{});
+        d.launch(a, 1u, signal_probe{}, signal_poll{});
         { d.failure_status() } -> std::same_as<signal_status*>;
         { d.raise(w, std::uint64_t{}) } noexcept;
     };
@@ -190,8 +190,12 @@ public:
             abort(what);
             throw invalid_argument(what);
         }
-        settle_sends();
-        throw_if_failed();
+        // Messages in flight are left as they are: a launch waits only for the peers' launches.
+        // Their chunks enqueued from now on run after it on the stream (see docs/concepts.md).
+        if (!device_capturing()) {
+            progress();
+            throw_if_failed();
+        }
         signal_args a{};
         for (rank_t r = 0; r < size(); ++r) a.base[r] = static_cast<std::byte*>(r == me_ ? fifo_ : peer_of(r).opened);
         a.pad_offset = signal_offset();
@@ -206,7 +210,10 @@ public:
         a.size = size();
         describe_ = describe;
         launched_ = true;
-        failing_on_error([&] { device_.launch(a, signal_lanes(bytes, size()), body); });
+        // A host model runs the launch in this thread, moving the messages while it waits.
+        signal_poll const poll{[](void* self) { static_cast<staged_engine*>(self)->progress(); }, this};
+        failing_on_error([&] { device_.launch(a, signal_lanes(bytes, size()), body, poll); });
+        throw_if_failed();  // the messages moved meanwhile may have brought a peer's failure
         check_signals();
     }
 
@@ -811,42 +818,6 @@ private:
         }
     }
 
-    // Before a signaled launch, this rank's messages still to be enqueued go first: queued behind
-    // the launch on the stream they would wait for every peer's launch, which a peer may make only
-    // once it received them. None may be pending inside a capture (their copies would be captured).
-    void settle_sends() {
-        auto const pending = [&]() -> rank_t {
-            for (rank_t r = 0; r < size(); ++r)
-                if (!peer_of(r).sends.empty()) return r;
-            return -1;
-        };
-        if (device_capturing()) {
-            if (pending() >= 0) {
-                std::string const what = "staged transport: a signaled launch inside a CUDA graph capture while messages to rank " +
-                                         std::to_string(pending()) + " are still being sent: wait for them before the capture";
-                abort(what);
-                throw invalid_argument(what);
-            }
-            return;
-        }
-        // As NCCL orders a send before a collective on one stream: the peer must receive it
-        // before its own launch (a receive it posts after waits behind its launch, for ours).
-        auto const deadline = deadline_after(timeout_);
-        for (;;) {
-            progress();
-            throw_if_failed();
-            rank_t const q = pending();
-            if (q < 0) return;
-            if (clock::now() > deadline) {
-                std::string const what = "rank " + std::to_string(me_) + ": a signaled collective waited past the timeout for its message to rank " +
-                                         std::to_string(q) + " to leave (the FIFO's credits): messages sent before a collective must be "
-                                         "received before it (as NCCL orders them on a stream)";
-                abort(what);
-                throw timeout_error(q, what);
-            }
-            std::this_thread::yield();
-        }
-    }
     bool device_capturing() {
         if constexpr (requires { device_.capturing(); }) return device_.capturing();
         else return false;
