@@ -184,9 +184,9 @@ public:
     {
         throw_if_failed();
         check_device(/*capturing=*/true);
-        if (signal_bytes() == 0 || bytes > signal_bytes()) {
+        if (std::size_t const most = signal_bytes(); most == 0 || bytes > most) {
             std::string const what = "staged transport: a signaled launch of " + std::to_string(bytes) + " bytes, but signal_bytes() is " +
-                                     std::to_string(signal_bytes());
+                                     std::to_string(most);
             abort(what);
             throw invalid_argument(what);
         }
@@ -764,9 +764,11 @@ private:
                        std::to_string(timeout_.count()) + " ms): it died, hangs, or called another collective" + found;
                 failure_ = std::make_exception_ptr(timeout_error(s.culprit, what));
                 break;
-            case signal_failure::mismatch:
-                what = me + culprit + " called " + shape(s.theirs) + ", rank 0 " + shape(s.first) +
-                       " (on the device): the ranks called it differently";
+            case signal_failure::mismatch:  // with both shapes where this rank found it, else as relayed
+                what = s.finder == me_ ? me + culprit + " called " + shape(s.theirs) + ", rank 0 " + shape(s.first) +
+                                             " (on the device): the ranks called it differently"
+                                       : me + culprit + " called " + shape(s.shape) + " differently from rank 0, as rank " +
+                                             std::to_string(s.finder) + " found on the device (it stopped every rank)";
                 failure_ = std::make_exception_ptr(transport_error(errc::size_mismatch, s.culprit, what));
                 break;
             default: {  // its host failed the group: the control channel brings its reason (sent first)
@@ -780,11 +782,6 @@ private:
                 failure_ = std::make_exception_ptr(transport_error(errc::peer_failed, s.culprit, what));
                 break;
             }
-            }
-            if (s.finder != me_ && static_cast<signal_failure>(s.code) == signal_failure::mismatch) {
-                what = me + culprit + " called " + shape(s.shape) + " differently from rank 0, as rank " + std::to_string(s.finder) +
-                       " found on the device (it stopped every rank)";
-                failure_ = std::make_exception_ptr(transport_error(errc::size_mismatch, s.culprit, what));
             }
             try {
                 control_->abort(what.c_str());  // not abort(): the devices were stopped already, by their own word
