@@ -158,6 +158,7 @@ using shm_no_direct_runner = threaded_runner<shm_factory<4096, 0, 0>>;
 static_assert(chorus::transport<chorus::shm_transport>);
 static_assert(chorus::host_transport<chorus::shm_transport>);
 static_assert(chorus::direct_transport<chorus::shm_transport>);
+static_assert(chorus::rooted_transport<chorus::shm_transport>);
 static_assert(!chorus::direct_transport<chorus::tcp_transport>);
 static_assert(chorus::direct_transport<staged_model>);
 static_assert(chorus::transport<staged_model>);
@@ -1121,6 +1122,61 @@ TEST_CASE("shm: ranks that call a collective differently fail alike, whichever s
         return errors;
     };
     conformance::one_shot_mismatches(outcome, 8, 9, 100000);  // 16 KiB rounds
+}
+
+TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that differs from the root is named by every rank") {
+    // Rank 2 enters the broadcast only once the root (rank 0, then rank 1) and rank 1 each sent
+    // it a message after theirs returned: a broadcast that waited for every rank would wait
+    // for rank 2 until the timeout. (One round: a broadcast of several waits before each round
+    // for every rank's previous one, whose slot it writes over; the matrix covers those.)
+    {
+        std::size_t const bytes = 3;
+        std::atomic<int> done{0};
+        auto const body = [&](chorus::shm_transport& tp) {
+            for (rank_t root : {0, 1}) {
+                std::vector<std::uint64_t> v(bytes, tp.rank() == root ? 40u + static_cast<unsigned>(root) : 0u);
+                std::uint64_t token = 7;
+                if (tp.rank() == 2) {
+                    chorus::recv(tp, 0, std::span(&token, 1));
+                    chorus::recv(tp, 1, std::span(&token, 1));
+                    chorus::broadcast<chorus::one_shot>(tp, std::span(v), root);
+                } else {
+                    chorus::broadcast<chorus::one_shot>(tp, std::span(v), root);
+                    chorus::send(tp, 2, std::span(&token, 1));
+                }
+                CHECK(v == std::vector<std::uint64_t>(bytes, 40u + static_cast<unsigned>(root)));
+            }
+            chorus::barrier<chorus::one_shot>(tp);  // a round of every rank after the rooted ones
+            done.fetch_add(1);
+        };
+        shm_runner::run(3, body, std::chrono::milliseconds(20000));
+        CHECK(done.load() == 3);
+    }
+    // Rank 1's size differs from the root's (rank 0, then rank 2): rank 1 compares, waits for
+    // every rank's block and names itself; the others learn it at their next collective.
+    for (rank_t root : {0, 2}) {
+        CAPTURE(root);
+        std::vector<std::string> errors(3);
+        std::mutex mutex;
+        try {
+            shm_runner::run(3, [&](chorus::shm_transport& tp) {
+                std::vector<double> v(tp.rank() == 1 ? 5 : 4, 1.0);
+                try {
+                    chorus::broadcast(tp, std::span(v), root);
+                    chorus::barrier(tp);
+                } catch (chorus::error const& e) {
+                    std::lock_guard lock(mutex);
+                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
+                }
+            }, std::chrono::milliseconds(20000));
+        } catch (...) {
+        }
+        std::string const shape = "rank 1 called broadcast with 40 bytes, root " + std::to_string(root) + ", rank 0 broadcast with 32 bytes";
+        for (auto const& e : errors) {
+            CHECK_MESSAGE(e.find(shape) != std::string::npos, e);
+            CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
+        }
+    }
 }
 
 TEST_CASE("shm: one_shot over a round too small for one element of every block fails every rank") {

@@ -8,7 +8,10 @@
 // publish nothing; each of them then copies the root's part into its own vector.
 // Cost: R delta (R = ceil(nb / D)) + n * beta at the root + n * beta at every other rank, at
 // once: one round against the binomial tree's log2 p messages in sequence. For small vectors:
-// all p - 1 ranks read the root's memory at the same time.
+// all p - 1 ranks read the root's memory at the same time. Over a rooted_transport (shm) no
+// rank waits for more than the root: the root returns once its part is published, as an MPI
+// root whose message fits the receivers' eager buffers does (a receiver's failure then reaches
+// it at its next collective), and a late rank delays nobody.
 //
 // Over a signaling_transport, a vector of up to signal_bytes() takes one launch instead
 // (transport/signals.hpp): the root's lanes copy their shares into its slot and signal, the
@@ -56,7 +59,7 @@ void one_shot_broadcast(Transport& tp, std::span<T> data, rank_t root) {
     std::size_t const k = round.per_round(sizeof(T));
     for (std::size_t c = 0, rounds = detail::direct_round_count(data.size(), k); c < rounds; ++c) {
         std::span<T> const part = data.subspan(c * k, std::min(k, data.size() - c * k));
-        round(me == root ? detail::bytes_of(part) : std::span<std::byte const>());
+        round.from(me == root ? detail::bytes_of(part) : std::span<std::byte const>(), root);
         if (me != root) Transport::memory_space::copy(part, detail::direct_block<T>(tp, root));
     }
 }

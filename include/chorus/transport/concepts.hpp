@@ -105,6 +105,23 @@ concept direct_transport = transport<T> && requires(T& t, T const& ct, std::span
     { ct.agreed(r) } noexcept -> std::same_as<std::uint64_t>;
 };
 
+/// A direct_transport whose round can wait for one rank's block only: a broadcast's root then
+/// returns once its block is published, and the others once the root's is readable, none of
+/// them waiting for the slowest rank (docs/concepts.md#rooted_transport).
+/// - `exchange(pieces, agreed, tag, from)` is a round of `exchange` (same order, failures)
+///   that returns once rank `from`'s block of the round is readable (at once where `from` is
+///   this rank; every rank's where it is -1): only `block(from)` and `agreed(from)` are then
+///   this round's.
+/// - `await_round()` waits, as `exchange` does, until every rank published its block of this
+///   rank's latest round: then `block(r)` and `agreed(r)` are this round's for every r. (The
+///   next round waits so first by itself, before it writes over the slot of the round before.)
+template <class T>
+concept rooted_transport = direct_transport<T> && requires(T& t, std::span<std::span<std::byte const> const> pieces,
+                                                           std::uint64_t word, tag_t tag, rank_t r) {
+    t.exchange(pieces, word, tag, r);
+    t.await_round();
+};
+
 /// A direct_transport whose ranks can also read a caller's buffer where it lies, no copy into a
 /// slot first: the large collectives then move each byte once (docs/concepts.md#exposing_transport).
 /// - `expose(buffer, agreed, tag)` is a round of the direct exchange (same order, waits and

@@ -99,6 +99,21 @@ public:
     }
     void operator()(std::span<std::byte const> block) { (*this)(std::span<std::span<std::byte const> const>(&block, 1)); }
 
+    /// A round in which only `root`'s block is read: over a rooted_transport the root returns
+    /// once its block is published and the others once the root's is readable (each compares
+    /// its shape with the root's; where they differ, it waits for every rank's and names the
+    /// same rank as every other rank would); elsewhere a round of every rank's.
+    void from(std::span<std::byte const> block, rank_t root) {
+        if constexpr (rooted_transport<Transport>) {
+            tp_.exchange(std::span<std::span<std::byte const> const>(&block, 1), shape_, tag_, root);
+            if (tp_.rank() == root || tp_.agreed(root) == shape_) return;
+            tp_.await_round();
+            check_shapes();
+        } else {
+            (*this)(block);
+        }
+    }
+
     /// A round whose block is `buffer` itself, where it lies (exposing_transport): whether every
     /// rank's could be exposed (every rank gets the same answer).
     bool expose(std::span<std::byte const> buffer)

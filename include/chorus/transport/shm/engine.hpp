@@ -167,13 +167,24 @@ public:
     /// until this rank's next round. Waits as wait() does (moving messages meanwhile), bounded
     /// by the timeout, and fails as a receive of `tag` from the rank it waits for would.
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        exchange(pieces, agreed, tag, -1);
+    }
+
+    /// A round that returns once rank `from`'s block is readable (rooted_transport): at once
+    /// where `from` is this rank; every rank where it is -1. The next round first waits for
+    /// the ranks not waited for (await_round): a rank writes over its slot of round k only once
+    /// every peer published round k + 1, so done reading round k.
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
         throw_if_failed();
+        if (from >= size()) throw invalid_argument("shm_transport: a direct round from rank " + std::to_string(from) + " of " +
+                                                   std::to_string(size()));
         if (layout_.size != peers_.size()) throw invalid_argument("shm_transport: no direct exchange in a group that spans hosts");
         std::size_t bytes = 0;
         for (auto const& piece : pieces) bytes += piece.size();
         if (bytes > direct_bytes())
             throw invalid_argument("shm_transport: a direct block of " + std::to_string(bytes) + " bytes exceeds direct_bytes " +
                                    std::to_string(direct_bytes()));
+        if (settled_ != round_) await_round();
         std::uint64_t const round = ++round_;
         direct_slot* own = layout_.slot(own_map_.base(), round);
         own->agreed = agreed;
@@ -187,16 +198,17 @@ public:
         own->round.store(round, std::memory_order_release);
         for (auto& q : peers_)
             if (&q != &peer_of(me_)) ring_doorbell(*q.header);
-        for (auto& q : peers_) {
-            direct_slot const* theirs = published(sender_of(q));
-            if (theirs->round.load(std::memory_order_acquire) != round) wait_published(*theirs, round, sender_of(q), tag);
-            // The same round of another collective: a rank skipped one, or called others.
-            if (theirs->tag != tag) {
-                std::string const what = collective_mismatch_message(me_, tag, sender_of(q), theirs->tag);
-                abort(me_, what);
-                throw transport_error(errc::tag_mismatch, sender_of(q), what);
-            }
-        }
+        round_tag_ = tag;
+        if (from < 0) await_round();
+        else await_block(from);
+    }
+
+    /// Waits until every rank published its block of this rank's latest round (after a round
+    /// that waited for one rank only), as exchange() waits; then block(r) and agreed(r) show
+    /// every rank's.
+    void await_round() {
+        for (auto& q : peers_) await_block(sender_of(q));
+        settled_ = round_;
     }
     std::span<std::byte const> block(rank_t r) const noexcept {
         direct_slot const* s = published(r);
@@ -752,6 +764,18 @@ private:
 
     // ---- waiting -----------------------------------------------------------------------------
 
+    // A wait of the round for rank r's block, which must belong to the same collective.
+    void await_block(rank_t r) {
+        direct_slot const* theirs = published(r);
+        if (theirs->round.load(std::memory_order_acquire) != round_) wait_published(*theirs, round_, r, round_tag_);
+        // The same round of another collective: a rank skipped one, or called others.
+        if (theirs->tag != round_tag_) {
+            std::string const what = collective_mismatch_message(me_, round_tag_, r, theirs->tag);
+            abort(me_, what);
+            throw transport_error(errc::tag_mismatch, r, what);
+        }
+    }
+
     // exchange(): waits until `slot` holds `round`, as a receive from `peer` would wait.
     void wait_published(direct_slot const& slot, std::uint64_t round, rank_t peer, tag_t tag) {
         shm_op op;  // what the wait is said to be for, in errors
@@ -972,7 +996,9 @@ private:
     rank_header* own_ = nullptr;
     group_failure failure_;
     std::uint64_t last_id_ = 0;
-    std::uint64_t round_ = 0;  // of direct exchanges
+    std::uint64_t round_ = 0;    // of direct exchanges
+    std::uint64_t settled_ = 0;  // the last round every rank is known to have published
+    tag_t round_tag_ = 0;        // the collective of round_
     bool oversubscribed_ = true;  // more ranks share this host than this process may run on: yield when idle
     std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()
     std::uint64_t const probe_ = probe_value;  // read by peers at set-up to probe remote reads
