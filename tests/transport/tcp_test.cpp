@@ -1177,6 +1177,34 @@ TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that di
             CHECK_MESSAGE(e.find("timed out") == std::string::npos, e);
         }
     }
+    // Rank 2 takes itself for the root (no rank reads its block in the broadcast: each returns),
+    // then a collective of messages (the next collective checks the round: every rank names
+    // rank 2); or rank 2 skips the broadcast and its messages meet the others' wait for its
+    // block (every rank names the two collectives, well before the timeout).
+    for (bool const skip : {false, true}) {
+        CAPTURE(skip);
+        std::vector<std::string> errors(3);
+        std::mutex mutex;
+        auto const start = std::chrono::steady_clock::now();
+        try {
+            shm_runner::run(3, [&](chorus::shm_transport& tp) {
+                std::vector<double> v(4, 1.0), big(100000, 1.0);
+                try {
+                    if (!skip || tp.rank() != 2) chorus::broadcast(tp, std::span(v), tp.rank() == 2 ? 2 : 0);
+                    chorus::allreduce(tp, std::span(big));
+                    chorus::barrier(tp);
+                } catch (chorus::error const& e) {
+                    std::lock_guard lock(mutex);
+                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
+                }
+            }, std::chrono::milliseconds(20000));
+        } catch (...) {
+        }
+        std::string const what = skip ? "the ranks called different collectives"
+                                      : "rank 2 called broadcast with 32 bytes, root 2, rank 0 broadcast with 32 bytes, root 0: their roots differ";
+        for (auto const& e : errors) CHECK_MESSAGE(e.find(what) != std::string::npos, e);
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+    }
 }
 
 TEST_CASE("shm: one_shot over a round too small for one element of every block fails every rank") {

@@ -113,13 +113,15 @@ concept direct_transport = transport<T> && requires(T& t, T const& ct, std::span
 ///   this rank; every rank's where it is -1): only `block(from)` and `agreed(from)` are then
 ///   this round's.
 /// - `await_round()` waits, as `exchange` does, until every rank published its block of this
-///   rank's latest round: then `block(r)` and `agreed(r)` are this round's for every r. (The
-///   next round waits so first by itself, before it writes over the slot of the round before.)
+///   rank's latest round: then `block(r)` and `agreed(r)` are this round's for every r. It
+///   returns whether it waited (false: the round was every rank's already). The next round
+///   waits so first by itself, before it writes over the slot of the round before; every
+///   collective starts with it (begin_collective), and checks the round's shapes where it waited.
 template <class T>
 concept rooted_transport = direct_transport<T> && requires(T& t, std::span<std::span<std::byte const> const> pieces,
                                                            std::uint64_t word, tag_t tag, rank_t r) {
     t.exchange(pieces, word, tag, r);
-    t.await_round();
+    { t.await_round() } -> std::same_as<bool>;
 };
 
 /// A direct_transport whose ranks can also read a caller's buffer where it lies, no copy into a

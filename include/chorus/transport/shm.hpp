@@ -139,7 +139,7 @@ public:
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
         engine_->exchange(pieces, agreed, tag, from);
     }
-    void await_round() { engine_->await_round(); }
+    bool await_round() { return engine_->await_round(); }
     std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <chorus/algorithm/detail/shape.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -41,9 +42,14 @@ std::span<std::byte> writable_bytes_of(std::span<T> s) noexcept {
 template <collective_kind K, class T, class Op>
 inline constexpr bool schedule_applies<K, ring, T, Op> = std::is_void_v<Op> || is_commutative_v<Op, T>;
 
-/// Starts a collective: draws its tag from the transport's sequence.
+/// Starts a collective: draws its tag from the transport's sequence. Over a rooted_transport,
+/// first waits for every rank's block of a round that waited for its root only (a one_shot
+/// broadcast's), and checks that every rank called that collective alike: its root returned
+/// without knowing, and nothing else compares the shape of a rank that took itself for the root.
 template <transport Transport>
 tag_t begin_collective(Transport& tp, collective_kind kind) {
+    if constexpr (rooted_transport<Transport>)
+        if (tp.await_round()) check_round_shapes(tp);
     return make_collective_tag(kind, tp.next_sequence());
 }
 

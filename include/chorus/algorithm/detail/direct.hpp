@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <chorus/algorithm/detail/collective.hpp>
+#include <chorus/algorithm/detail/shape.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -41,35 +42,6 @@ template <collective_kind K, class T, class Op>
 inline constexpr bool schedule_applies<K, zero_copy, T, Op> = direct_aligned<T>();
 template <class Transport>
 inline constexpr bool schedule_serves<zero_copy, Transport> = exposing_transport<Transport>;
-
-// The agreed word of a round: a head (8 bits), a rank + 1 (16 bits; -1 for none) and a
-// number of bytes (40 bits).
-struct round_word {
-    std::uint8_t head;
-    rank_t rank;
-    std::uint64_t bytes;
-};
-constexpr std::uint64_t pack_word(round_word w) noexcept {
-    return std::uint64_t{w.head} << 56 | (static_cast<std::uint64_t>(w.rank + 1) & 0xffff) << 40 | (w.bytes & 0xffffffffff);
-}
-constexpr round_word unpack_word(std::uint64_t w) noexcept {
-    return {static_cast<std::uint8_t>(w >> 56), static_cast<rank_t>((w >> 40) & 0xffff) - 1, w & 0xffffffffff};
-}
-
-// A one_shot collective's shape: its kind, root and bytes.
-constexpr std::uint64_t direct_shape(collective_kind kind, std::size_t bytes, rank_t root) noexcept {
-    return pack_word({static_cast<std::uint8_t>(kind), root, static_cast<std::uint64_t>(bytes)});
-}
-
-inline std::string describe_shape(std::uint64_t shape) {
-    round_word const w = unpack_word(shape);
-    auto const kind = static_cast<collective_kind>(w.head);
-    if (kind == collective_kind::deregister_buffer)  // the registration's number in place of bytes
-        return std::string(kind_name(kind)) + " of registration " + std::to_string(w.bytes);
-    if (kind == collective_kind::alltoallv) return std::string(kind_name(kind));  // sizes differ by rank
-    return std::string(kind_name(kind)) + " with " + std::to_string(w.bytes) + " bytes" +
-           (w.rank >= 0 ? ", root " + std::to_string(w.rank) : std::string());
-}
 
 /// The rounds of one one_shot collective: one tag and one shape (kind, root, the bytes every
 /// rank must agree on) for all; each round publishes this rank's block, at most the
@@ -161,24 +133,7 @@ private:
     void check_shapes() {
         if (checked_) return;
         checked_ = true;
-        for (rank_t r = 1; r < tp_.size(); ++r) {
-            std::uint64_t const theirs = tp_.agreed(r), first = tp_.agreed(0);
-            if (theirs == first) continue;
-            // Every rank compares with rank 0's, so every rank names the same rank and says the
-            // same, as a message of the wrong size or collective would.
-            round_word const t = unpack_word(theirs), f = unpack_word(first);
-            bool const other_collective = t.head != f.head;
-            bool const other_root = t.rank != f.rank;
-            std::string const what = "rank " + std::to_string(tp_.rank()) + ": rank " + std::to_string(r) + " called " +
-                                     describe_shape(theirs) + ", rank 0 " + describe_shape(first) + ": " +
-                                     (other_collective ? "the ranks called different collectives"
-                                      : other_root     ? "their roots differ"
-                                      : t.head == static_cast<std::uint8_t>(collective_kind::deregister_buffer)
-                                          ? "they end different registrations"
-                                          : "their sizes differ");
-            tp_.abort(what.c_str());
-            throw transport_error(other_collective ? errc::tag_mismatch : errc::size_mismatch, r, what);
-        }
+        check_round_shapes(tp_);
     }
 
     Transport& tp_;

@@ -101,7 +101,8 @@ struct shm_op : message_op {
     std::byte const* out = nullptr;
     std::byte* in = nullptr;
     std::size_t offset = 0;  // send: payload bytes written; receive: bytes arrived
-    std::uint64_t id = 0;    // a remote send's number (its ack names it)
+    std::uint64_t id = 0;    // a remote send's number (its ack names it); a remote receive's, to ack
+    std::uint64_t addr = 0;  // a remote receive's: where the message lies in the sender's memory
     bool started = false;    // a send whose first record is written
     bool direct = false;     // not a message: exchange() waiting for the peer's block ...
     direct_slot const* awaited = nullptr;  // ... in this slot
@@ -200,15 +201,17 @@ public:
             if (&q != &peer_of(me_)) ring_doorbell(*q.header);
         round_tag_ = tag;
         if (from < 0) await_round();
-        else await_block(from);
+        else if (from != me_) await_block(from);
     }
 
     /// Waits until every rank published its block of this rank's latest round (after a round
     /// that waited for one rank only), as exchange() waits; then block(r) and agreed(r) show
-    /// every rank's.
-    void await_round() {
+    /// every rank's. Returns whether it waited: false where the round was every rank's already.
+    bool await_round() {
+        if (settled_ == round_) return false;
         for (auto& q : peers_) await_block(sender_of(q));
         settled_ = round_;
+        return true;
     }
     std::span<std::byte const> block(rank_t r) const noexcept {
         direct_slot const* s = published(r);
@@ -255,7 +258,7 @@ public:
         }
         take_unexpected(s, op, **it);
         queue.messages().erase(it);
-        push_sends(s);  // the ack of a remote read
+        push_sends(s);  // the ack of a remote message of another size
         return op;
     }
 
@@ -330,7 +333,7 @@ public:
     bool busy() const noexcept {
         for (auto const& s : peers_) {
             if (!s.header) continue;
-            if (!s.sends.empty() || !s.acks.empty() || !s.awaiting.empty() || s.queue.has_receives() || s.into ||
+            if (!s.sends.empty() || !s.acks.empty() || !s.awaiting.empty() || !s.reads.empty() || s.queue.has_receives() || s.into ||
                 s.into_unexpected || s.discard != 0 || s.in->head.load(std::memory_order_relaxed) != s.in_tail)
                 return true;
         }
@@ -381,6 +384,7 @@ private:
         std::deque<op_ptr> sends;     // waiting to be written, in order
         std::vector<op_ptr> awaiting; // remote sends waiting for their ack
         std::deque<std::uint64_t> acks;
+        std::deque<op_ptr> reads;     // receives matched to remote messages, to read (progress)
         match_queue<shm_op, std::unique_ptr<shm_unexpected>> queue;
         op_ptr into;                            // the receive the message in parts goes to
         shm_unexpected* into_unexpected = nullptr;  // ... or the unexpected message
@@ -624,11 +628,30 @@ private:
 
     // ---- reading records -------------------------------------------------------------------
 
+    // Moves every ring, then makes the remote reads matched meanwhile: a read is long (a
+    // message of megabytes), and the peer reads this rank's messages at the same time only if
+    // their records went out first — a read made where it matched (in irecv, before the
+    // caller's isend) made the two ranks of an exchange read one after the other.
     void progress() {
+        bool reads = false;
         for (auto& s : peers_) {
             if (!s.header) continue;  // not a member
             drain(s);
             if (!s.sends.empty() || !s.acks.empty()) push_sends(s);
+            reads = reads || !s.reads.empty();
+        }
+        if (reads) read_matched();
+    }
+
+    void read_matched() {
+        for (auto& s : peers_) {
+            while (!s.reads.empty()) {
+                op_ptr const op = std::move(s.reads.front());
+                s.reads.pop_front();
+                read_from(s, *op, op->addr);
+                s.acks.push_back(op->id);
+                push_sends(s);
+            }
         }
     }
 
@@ -707,11 +730,7 @@ private:
 
     void on_remote(peer_state& s, record_header const& h) {
         rank_t const from = sender_of(s);
-        if (op_ptr op = s.queue.take_receive(me_, from, h.tag)) {
-            if (check_size(*op, me_, h.size)) read_from(s, *op, h.addr);
-            s.acks.push_back(h.id);
-            return;
-        }
+        if (op_ptr op = s.queue.take_receive(me_, from, h.tag)) return to_read(s, op, h.size, h.addr, h.id);
         auto u = std::make_unique<shm_unexpected>();
         u->tag = h.tag;
         u->size = h.size;
@@ -726,6 +745,18 @@ private:
         if (it == s.awaiting.end()) return;  // a send that was cancelled
         (*it)->done = true;
         s.awaiting.erase(it);
+    }
+
+    // A receive matched to a remote message: read at the next progress (read_matched), or
+    // failed at once (another size) and the sender released.
+    void to_read(peer_state& s, op_ptr const& op, std::size_t size, std::uint64_t addr, std::uint64_t id) {
+        if (!check_size(*op, me_, size)) {
+            s.acks.push_back(id);
+            return;
+        }
+        op->addr = addr;
+        op->id = id;
+        s.reads.push_back(op);
     }
 
     void read_from(peer_state& s, shm_op& op, std::uint64_t addr) {
@@ -745,11 +776,7 @@ private:
     // A receive meets the unexpected message `u` (which the caller then erases).
     void take_unexpected(peer_state& s, op_ptr const& receive, shm_unexpected& u) {
         shm_op& op = *receive;
-        if (u.remote) {
-            if (check_size(op, me_, u.size)) read_from(s, op, u.addr);
-            s.acks.push_back(u.id);
-            return;
-        }
+        if (u.remote) return to_read(s, receive, u.size, u.addr, u.id);
         bool const arriving = s.into_unexpected == &u;
         if (arriving) s.into_unexpected = nullptr;
         if (!check_size(op, me_, u.size)) {
@@ -798,8 +825,12 @@ private:
         conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(me_, what); });
     }
 
+    // A receive given up (a failure, a timeout, a cancel): its buffer is not touched again.
     void unpost(shm_op& op) noexcept {
-        if (!op.is_send) peer_of(op.peer).queue.unpost(op);
+        if (op.is_send) return;
+        peer_state& s = peer_of(op.peer);
+        s.queue.unpost(op);
+        std::erase_if(s.reads, [&](op_ptr const& r) { return r.get() == &op; });
     }
 
     void throw_if_failed() {
@@ -918,7 +949,13 @@ private:
             direct_slot const* a = layout_.slot(s.map.base(), 0);
             direct_slot const* b = layout_.slot(s.map.base(), 1);
             direct_slot const* newest = a->round.load(std::memory_order_acquire) > b->round.load(std::memory_order_acquire) ? a : b;
-            mismatch = newest->round.load(std::memory_order_acquire) != 0 && newest->tag == op.tag;
+            if (newest->round.load(std::memory_order_acquire) == 0) return;
+            if (tags_conflict(op.tag, newest->tag)) {  // the peer's latest round is of another collective
+                std::string const what = collective_mismatch_message(me_, op.tag, op.peer, newest->tag);
+                abort(me_, what);
+                return op.fail(errc::tag_mismatch, what);
+            }
+            mismatch = newest->tag == op.tag;
         }
         if (!mismatch) return;
         std::string const what = direct_mismatch_message(me_, op.tag, op.peer, op.direct);
