@@ -1103,23 +1103,34 @@ TEST_CASE("staged over shared memory (cuda_ipc_transport's control channel): one
     }
 }
 
+namespace {
+/// Runs `body` on 3 ranks of shared memory (20 s timeout): what each rank's chorus::error said
+/// ("" where none).
+template <class Runner = shm_runner, class Body>
+std::vector<std::string> shm_errors_of(Body const& body) {
+    std::vector<std::string> errors(3);
+    std::mutex mutex;
+    try {
+        Runner::run(3, [&](chorus::shm_transport& tp) {
+            try {
+                body(tp);
+            } catch (chorus::error const& e) {
+                std::lock_guard lock(mutex);
+                errors[static_cast<std::size_t>(tp.rank())] = e.what();
+            }
+        }, std::chrono::milliseconds(20000));
+    } catch (...) {
+    }
+    return errors;
+}
+} // namespace
+
 TEST_CASE("shm: ranks that call a collective differently fail alike, whichever side of the one_shot limit they are on") {
     auto const outcome = [](std::size_t n0, std::size_t n1) {
-        std::vector<std::string> errors(3);
-        std::mutex mutex;
-        try {
-            shm_runner::run(3, [&](chorus::shm_transport& tp) {
-                std::vector<double> v(tp.rank() == 1 ? n1 : n0, 1.0);
-                try {
-                    chorus::allreduce(tp, v);
-                } catch (chorus::error const& e) {
-                    std::lock_guard lock(mutex);
-                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
-                }
-            }, std::chrono::milliseconds(20000));
-        } catch (...) {
-        }
-        return errors;
+        return shm_errors_of([&](chorus::shm_transport& tp) {
+            std::vector<double> v(tp.rank() == 1 ? n1 : n0, 1.0);
+            chorus::allreduce(tp, v);
+        });
     };
     conformance::one_shot_mismatches(outcome, 8, 9, 100000);  // 16 KiB rounds
 }
@@ -1156,21 +1167,11 @@ TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that di
     // every rank's block and names itself; the others learn it at their next collective.
     for (rank_t root : {0, 2}) {
         CAPTURE(root);
-        std::vector<std::string> errors(3);
-        std::mutex mutex;
-        try {
-            shm_runner::run(3, [&](chorus::shm_transport& tp) {
-                std::vector<double> v(tp.rank() == 1 ? 5 : 4, 1.0);
-                try {
-                    chorus::broadcast(tp, std::span(v), root);
-                    chorus::barrier(tp);
-                } catch (chorus::error const& e) {
-                    std::lock_guard lock(mutex);
-                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
-                }
-            }, std::chrono::milliseconds(20000));
-        } catch (...) {
-        }
+        auto const errors = shm_errors_of([&](chorus::shm_transport& tp) {
+            std::vector<double> v(tp.rank() == 1 ? 5 : 4, 1.0);
+            chorus::broadcast(tp, std::span(v), root);
+            chorus::barrier(tp);
+        });
         std::string const shape = "rank 1 called broadcast with 40 bytes, root " + std::to_string(root) + ", rank 0 broadcast with 32 bytes";
         for (auto const& e : errors) {
             CHECK_MESSAGE(e.find(shape) != std::string::npos, e);
@@ -1183,23 +1184,13 @@ TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that di
     // block (every rank names the two collectives, well before the timeout).
     for (bool const skip : {false, true}) {
         CAPTURE(skip);
-        std::vector<std::string> errors(3);
-        std::mutex mutex;
         auto const start = std::chrono::steady_clock::now();
-        try {
-            shm_runner::run(3, [&](chorus::shm_transport& tp) {
-                std::vector<double> v(4, 1.0), big(100000, 1.0);
-                try {
-                    if (!skip || tp.rank() != 2) chorus::broadcast(tp, std::span(v), tp.rank() == 2 ? 2 : 0);
-                    chorus::allreduce(tp, std::span(big));
-                    chorus::barrier(tp);
-                } catch (chorus::error const& e) {
-                    std::lock_guard lock(mutex);
-                    errors[static_cast<std::size_t>(tp.rank())] = e.what();
-                }
-            }, std::chrono::milliseconds(20000));
-        } catch (...) {
-        }
+        auto const errors = shm_errors_of([&](chorus::shm_transport& tp) {
+            std::vector<double> v(4, 1.0), big(100000, 1.0);
+            if (!skip || tp.rank() != 2) chorus::broadcast(tp, std::span(v), tp.rank() == 2 ? 2 : 0);
+            chorus::allreduce(tp, std::span(big));
+            chorus::barrier(tp);
+        });
         std::string const what = skip ? "the ranks called different collectives"
                                       : "rank 2 called broadcast with 32 bytes, root 2, rank 0 broadcast with 32 bytes, root 0: their roots differ";
         for (auto const& e : errors) CHECK_MESSAGE(e.find(what) != std::string::npos, e);
@@ -1208,22 +1199,12 @@ TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that di
 }
 
 TEST_CASE("shm: one_shot over a round too small for one element of every block fails every rank") {
-    std::vector<std::string> errors(3);
-    std::mutex mutex;
-    try {
-        shm_rounds_runner::run(3, [&](chorus::shm_transport& tp) {
-            std::vector<double> send(30, 1.0), recv(30);  // 3 blocks of 10: a round of 64 bytes holds 2 of each
-            chorus::alltoall<chorus::one_shot>(tp, send, recv);
-            std::vector<std::array<double, 4>> big(3), out(3);  // 32 bytes x 3 ranks > 64: no round holds one of each
-            try {
-                chorus::alltoall<chorus::one_shot>(tp, big, out);
-            } catch (chorus::error const& e) {
-                std::lock_guard lock(mutex);
-                errors[static_cast<std::size_t>(tp.rank())] = e.what();
-            }
-        }, std::chrono::milliseconds(20000));
-    } catch (...) {
-    }
+    auto const errors = shm_errors_of<shm_rounds_runner>([](chorus::shm_transport& tp) {
+        std::vector<double> send(30, 1.0), recv(30);  // 3 blocks of 10: a round of 64 bytes holds 2 of each
+        chorus::alltoall<chorus::one_shot>(tp, send, recv);
+        std::vector<std::array<double, 4>> big(3), out(3);  // 32 bytes x 3 ranks > 64: no round holds one of each
+        chorus::alltoall<chorus::one_shot>(tp, big, out);
+    });
     for (auto const& e : errors) CHECK_MESSAGE(e.find("one_shot needs 96 bytes in a round, more than this transport's direct_bytes (64") != std::string::npos, e);
 }
 
