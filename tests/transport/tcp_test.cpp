@@ -1198,6 +1198,40 @@ TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that di
     }
 }
 
+TEST_CASE("shm: a receive matched to a remote message reads nothing once the group failed") {
+    // Rank 1's receive matches rank 0's remote message (64 KiB, read from rank 0's memory at
+    // the next progress); then rank 0 fails the group and writes over its buffer. Rank 1's
+    // wait must give the failure, not the overwritten bytes as a message.
+    std::atomic<bool> overwritten{false};
+    auto const errors = shm_errors_of([&](chorus::shm_transport& tp) {
+        std::vector<std::uint64_t> big(8192, 7), got(8192, 0);
+        std::uint64_t token = 1;
+        if (tp.rank() == 0) {
+            auto sent = tp.isend(1, 3, std::as_bytes(std::span(big)));
+            chorus::send(tp, 1, std::span(&token, 1));  // after the remote record, in the same ring
+            chorus::recv(tp, 1, std::span(&token, 1));  // rank 1 posted its receive
+            tp.abort("rank 0 gives up");
+            std::ranges::fill(big, 666);
+            overwritten.store(true);
+            sent.wait();
+        } else if (tp.rank() == 1) {
+            chorus::recv(tp, 0, std::span(&token, 1));  // the remote record came before it
+            auto r = tp.irecv(0, 3, std::as_writable_bytes(std::span(got)));
+            chorus::send(tp, 0, std::span(&token, 1));
+            while (!overwritten.load()) std::this_thread::yield();
+            try {
+                r.wait();
+            } catch (...) {
+                CHECK(std::ranges::count(got, 666) == 0);
+                throw;
+            }
+            CHECK_MESSAGE(false, "the wait returned after the group failed");
+        }
+    });
+    CHECK_MESSAGE(errors[0].find("rank 0 gives up") != std::string::npos, errors[0]);
+    CHECK_MESSAGE(errors[1].find("rank 0 gives up") != std::string::npos, errors[1]);
+}
+
 TEST_CASE("shm: one_shot over a round too small for one element of every block fails every rank") {
     auto const errors = shm_errors_of<shm_rounds_runner>([](chorus::shm_transport& tp) {
         std::vector<double> send(30, 1.0), recv(30);  // 3 blocks of 10: a round of 64 bytes holds 2 of each

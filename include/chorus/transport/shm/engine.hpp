@@ -369,7 +369,7 @@ public:
             }
             ring_doorbell(*q.header, /*always=*/true);
         }
-        for (auto& q : peers_) q.queue.drop_receives();
+        drop_receives();
     }
 
 private:
@@ -643,7 +643,9 @@ private:
         if (reads) read_matched();
     }
 
+    // A failed group reads nothing more: the sender may have given its buffer back.
     void read_matched() {
+        if (failure_.failed() || own_->failed_by.load(std::memory_order_acquire) >= 0) return drop_receives();
         for (auto& s : peers_) {
             while (!s.reads.empty()) {
                 op_ptr const op = std::move(s.reads.front());
@@ -825,6 +827,14 @@ private:
         conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(me_, what); });
     }
 
+    // The group failed: no receive is matched or read any more (their waits throw the failure).
+    void drop_receives() noexcept {
+        for (auto& q : peers_) {
+            q.queue.drop_receives();
+            q.reads.clear();
+        }
+    }
+
     // A receive given up (a failure, a timeout, a cancel): its buffer is not touched again.
     void unpost(shm_op& op) noexcept {
         if (op.is_send) return;
@@ -858,7 +868,7 @@ private:
                                  ? std::string(own_->reason, strnlen(own_->reason, reason_bytes))
                                  : std::string("(the rank that failed the group wrote no reason)");
         if (failure_.set(blamed, reason)) report_blame(blame_fd_, me_, blamed);
-        for (auto& q : peers_) q.queue.drop_receives();
+        drop_receives();
     }
 
     // One idle round of a wait on `op` (done(): what it waits for happened): polls, yields or
