@@ -645,7 +645,7 @@ private:
 
     // A failed group reads nothing more: the sender may have given its buffer back.
     void read_matched() {
-        if (failure_.failed() || own_->failed_by.load(std::memory_order_acquire) >= 0) return drop_receives();
+        if (group_failed()) return drop_receives();
         for (auto& s : peers_) {
             while (!s.reads.empty()) {
                 op_ptr const op = std::move(s.reads.front());
@@ -851,8 +851,11 @@ private:
         failure_.throw_if_failed(me_);
     }
 
+    // Whether the group failed: known here, or written into this rank's header by another rank.
+    bool group_failed() const noexcept { return failure_.failed() || own_->failed_by.load(std::memory_order_acquire) >= 0; }
+
     void check_failed(shm_op& op) {
-        if (failure_.failed() || own_->failed_by.load(std::memory_order_acquire) >= 0) {
+        if (group_failed()) {
             unpost(op);
             throw_if_failed();
         }
@@ -950,27 +953,27 @@ private:
     // waits for the other's block, the other sends messages (or waits for them). Both fail,
     // saying so, instead of running into the timeout.
     void check_direct_mismatch(peer_state& s, shm_op& op) {
-        bool mismatch = false;
+        std::string what;
+        errc code = errc::size_mismatch;
         if (op.direct) {
             auto const it = s.queue.find_message(op, me_);
             if (op.done) return;  // a message of another collective: find_message failed op
-            mismatch = it != s.queue.messages().end();
+            if (it != s.queue.messages().end()) what = direct_mismatch_message(me_, op.tag, op.peer, true);
         } else {
             direct_slot const* a = layout_.slot(s.map.base(), 0);
             direct_slot const* b = layout_.slot(s.map.base(), 1);
             direct_slot const* newest = a->round.load(std::memory_order_acquire) > b->round.load(std::memory_order_acquire) ? a : b;
             if (newest->round.load(std::memory_order_acquire) == 0) return;
             if (tags_conflict(op.tag, newest->tag)) {  // the peer's latest round is of another collective
-                std::string const what = collective_mismatch_message(me_, op.tag, op.peer, newest->tag);
-                abort(me_, what);
-                return op.fail(errc::tag_mismatch, what);
+                what = collective_mismatch_message(me_, op.tag, op.peer, newest->tag);
+                code = errc::tag_mismatch;
+            } else if (newest->tag == op.tag) {
+                what = direct_mismatch_message(me_, op.tag, op.peer, false);
             }
-            mismatch = newest->tag == op.tag;
         }
-        if (!mismatch) return;
-        std::string const what = direct_mismatch_message(me_, op.tag, op.peer, op.direct);
+        if (what.empty()) return;
         abort(me_, what);
-        op.fail(errc::size_mismatch, what);
+        op.fail(code, what);
     }
 
     // Whether a peer's process exited without leaving the group (it is blamed on every rank)
