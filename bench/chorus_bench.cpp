@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -198,25 +199,81 @@ double expected(std::string_view op, rank_t n, std::size_t i, int it) {
     return op == "avg" ? acc / n : acc;
 }
 
-// input() and expected() depend on i and it only through (i + it) % 13: one period of each,
-// computed once per case, makes refilling and checking 64 MiB a table lookup per element
-// instead of string compares and a loop over ranks (it was most of a sweep's time).
-struct period {
-    static constexpr std::size_t length = 13;
-    std::array<long long, length> in{};
-    std::array<double, length> out{};
-    period(std::string_view op, rank_t me, rank_t n) {
-        for (std::size_t k = 0; k < length; ++k) {
-            in[k] = input(op, me, k, 0);
-            out[k] = expected(op, n, k, 0);
-        }
-    }
-    static std::size_t at(std::size_t i, int it) noexcept { return (i + static_cast<std::size_t>(it)) % length; }
-};
-
 // Broadcast / allgather / alltoall payload: distinct per (source, destination, element).
 long long payload(rank_t src, rank_t dst, std::size_t j, int it) {
     return (src * 64 + dst) * 16 + static_cast<long long>((j + static_cast<std::size_t>(it)) % 16);
+}
+
+// ---- refilling and checking at memory speed -----------------------------------------------
+// Every input and expected output above is periodic in its index: input() and expected() in
+// (i + it) % 13, payload() in (j + it) % 16 within a block. So one period, laid out once per
+// call and repeated to a few KiB, is copied into a buffer or compared with it block by block.
+// Why it matters beyond the sweep's length: the untimed work between two timed calls is not
+// neutral. On the CI VM a copy that follows 20-50 ms of work moving little memory runs up to
+// 1.5x slower (an 8 MiB memcpy: 600 us after 5 ms of arithmetic or sleep, 915 us after 50 ms;
+// docs/algorithms.md), so a refill of one division per element (about 15 ms per 16 MiB, and
+// as much again to check) slowed chorus's large rows against the same call in the peers'
+// benchmarks, whose refills are vectorised loops that stream memory the whole time.
+
+// The periodic sequence period[(offset + it + i) % period.size()], i < about 4096 elements
+// (fewer for a shorter buffer of n), cut at a whole number of periods so that it can be
+// repeated.
+template <class T>
+std::vector<T> repeated(std::span<T const> period, int it, std::size_t offset, std::size_t n) {
+    std::size_t const start = offset + static_cast<std::size_t>(it);
+    std::size_t const periods = std::clamp<std::size_t>((n + period.size() - 1) / period.size(), 1, 4096 / period.size());
+    std::size_t const len = period.size() * periods;
+    std::vector<T> r(len);
+    for (std::size_t i = 0; i < len; ++i) r[i] = period[(start + i) % period.size()];
+    return r;
+}
+
+template <class T>
+void fill_periodic(std::span<T> out, std::span<T const> period, int it, std::size_t offset = 0) {
+    auto const r = repeated(period, it, offset, out.size());
+    for (std::size_t at = 0; at < out.size(); at += r.size())
+        std::memcpy(out.data() + at, r.data(), std::min(r.size(), out.size() - at) * sizeof(T));
+}
+
+// How many elements of `got` differ from the periodic sequence (compared as T: every expected
+// value is one that T holds exactly, and a NaN counts as wrong).
+template <class T>
+std::size_t wrong_periodic(std::span<T const> got, std::span<T const> period, int it, std::size_t offset = 0) {
+    auto const r = repeated(period, it, offset, got.size());
+    std::size_t bad = 0;
+    for (std::size_t at = 0; at < got.size(); at += r.size()) {
+        std::size_t const m = std::min(r.size(), got.size() - at);
+        for (std::size_t j = 0; j < m; ++j) bad += static_cast<std::size_t>(!(got[at + j] == r[j]));
+    }
+    return bad;
+}
+
+// One period of a reduction's inputs on rank `me` and of its exact result, as T computes it
+// (integer AVG truncates).
+template <class T>
+struct period {
+    static constexpr std::size_t length = 13;
+    std::array<T, length> in{}, out{};
+    period(std::string_view op, rank_t me, rank_t n) {
+        for (std::size_t k = 0; k < length; ++k) {
+            in[k] = static_cast<T>(input(op, me, k, 0));
+            out[k] = static_cast<T>(expected(op, n, k, 0));
+        }
+    }
+};
+
+// One period of the payload block from `src` to `dst` (every element of a block: j from 0).
+template <class T>
+std::array<T, 16> payload_period(rank_t src, rank_t dst) {
+    std::array<T, 16> a{};
+    for (std::size_t k = 0; k < a.size(); ++k) a[k] = static_cast<T>(payload(src, dst, k, 0));
+    return a;
+}
+
+// Block b of n-element blocks of v.
+template <class T>
+std::span<T> block_of(std::vector<T>& v, rank_t b, std::size_t n) {
+    return std::span<T>(v).subspan(static_cast<std::size_t>(b) * n, n);
 }
 
 // ---- the measurement loop ----------------------------------------------------------------
@@ -329,14 +386,6 @@ row measure(Tp& tp, options const& o, collective_info const& c, std::string cons
 // ---- the collectives, per element type and reduce op ----------------------------------------
 
 template <class T>
-std::size_t count_wrong(std::vector<T> const& got, auto want) {
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < got.size(); ++i)
-        if (static_cast<double>(got[i]) != want(i)) ++bad;
-    return bad;
-}
-
-template <class T>
 T sentinel() {
     return static_cast<T>(-7);
 }
@@ -373,13 +422,11 @@ private:
         if (name == "allreduce") {
             auto add = [&]<class Algo>(std::string algo) {
                 list.emplace_back(algo, [this, s, me, p, opname] {
-                    auto const tab = std::make_shared<period const>(opname, me, p);
+                    auto const tab = std::make_shared<period<T> const>(opname, me, p);
                     auto buf = std::make_shared<std::vector<T>>(s.count);
-                    return bench_case{[=](int it) {
-                                          for (std::size_t i = 0; i < s.count; ++i) (*buf)[i] = static_cast<T>(tab->in[period::at(i, it)]);
-                                      },
+                    return bench_case{[=](int it) { fill_periodic<T>(*buf, tab->in, it); },
                                       [this, buf] { chorus::allreduce<Algo>(tp_, *buf, op_); },
-                                      [=](int it) { return count_wrong(*buf, [&](std::size_t i) { return exact(tab->out[period::at(i, it)]); }); }};
+                                      [=](int it) { return wrong_periodic<T>(*buf, tab->out, it); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
@@ -393,18 +440,16 @@ private:
         } else if (name == "reduce_scatter") {
             auto add = [&]<class Algo>(std::string algo) {
                 list.emplace_back(algo, [this, s, me, p, opname] {
-                    auto const tab = std::make_shared<period const>(opname, me, p);
+                    auto const tab = std::make_shared<period<T> const>(opname, me, p);
                     auto send = std::make_shared<std::vector<T>>(s.count);
                     auto recv = std::make_shared<std::vector<T>>(s.chunk);
                     return bench_case{[=](int it) {
-                                          for (std::size_t i = 0; i < s.count; ++i) (*send)[i] = static_cast<T>(tab->in[period::at(i, it)]);
+                                          fill_periodic<T>(*send, tab->in, it);
                                           std::fill(recv->begin(), recv->end(), sentinel<T>());
                                       },
                                       [this, send, recv] { chorus::reduce_scatter<Algo>(tp_, *send, *recv, op_); },
                                       [=](int it) {
-                                          return count_wrong(*recv, [&](std::size_t i) {
-                                              return exact(tab->out[period::at(static_cast<std::size_t>(me) * s.chunk + i, it)]);
-                                          });
+                                          return wrong_periodic<T>(*recv, tab->out, it, static_cast<std::size_t>(me) * s.chunk);
                                       }};
                 });
             };
@@ -415,26 +460,26 @@ private:
                 if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
         } else if (name == "reduce") {
             list.emplace_back("auto", [this, s, me, p, opname] {
-                auto const tab = std::make_shared<period const>(opname, me, p);
+                auto const tab = std::make_shared<period<T> const>(opname, me, p);
                 auto send = std::make_shared<std::vector<T>>(s.count);
                 auto recv = std::make_shared<std::vector<T>>(me == 0 ? s.count : 0);
                 return bench_case{[=](int it) {
-                                      for (std::size_t i = 0; i < s.count; ++i) (*send)[i] = static_cast<T>(tab->in[period::at(i, it)]);
+                                      fill_periodic<T>(*send, tab->in, it);
                                       std::fill(recv->begin(), recv->end(), sentinel<T>());
                                   },
                                   [this, send, recv] { chorus::reduce(tp_, *send, *recv, op_, 0); },
-                                  [=](int it) { return count_wrong(*recv, [&](std::size_t i) { return exact(tab->out[period::at(i, it)]); }); }};
+                                  [=](int it) { return wrong_periodic<T>(*recv, tab->out, it); }};
             });
         } else if (name == "broadcast") {
             auto add = [&]<class Algo>(std::string algo) {
                 list.emplace_back(algo, [this, s, me] {
                     auto buf = std::make_shared<std::vector<T>>(s.count);
                     return bench_case{[=](int it) {
-                                          for (std::size_t i = 0; i < s.count; ++i)
-                                              (*buf)[i] = me == 0 ? static_cast<T>(payload(0, 0, i, it)) : sentinel<T>();
+                                          if (me == 0) fill_periodic<T>(*buf, payload_period<T>(0, 0), it);
+                                          else std::fill(buf->begin(), buf->end(), sentinel<T>());
                                       },
                                       [this, buf] { chorus::broadcast<Algo>(tp_, *buf, 0); },
-                                      [=](int it) { return count_wrong(*buf, [&](std::size_t i) { return static_cast<double>(payload(0, 0, i, it)); }); }};
+                                      [=](int it) { return wrong_periodic<T>(*buf, payload_period<T>(0, 0), it); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
@@ -445,18 +490,19 @@ private:
                 if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
         } else if (name == "allgather") {
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me] {
+                list.emplace_back(algo, [this, s, me, p] {
                     auto send = std::make_shared<std::vector<T>>(s.chunk);
                     auto recv = std::make_shared<std::vector<T>>(s.count);
                     return bench_case{[=](int it) {
-                                          for (std::size_t i = 0; i < s.chunk; ++i) (*send)[i] = static_cast<T>(payload(me, 0, i, it));
+                                          fill_periodic<T>(*send, payload_period<T>(me, 0), it);
                                           std::fill(recv->begin(), recv->end(), sentinel<T>());
                                       },
                                       [this, send, recv] { chorus::allgather<Algo>(tp_, *send, *recv); },
                                       [=](int it) {
-                                          return count_wrong(*recv, [&](std::size_t x) {
-                                              return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), 0, x % s.chunk, it));
-                                          });
+                                          std::size_t bad = 0;
+                                          for (rank_t src = 0; src < p; ++src)
+                                              bad += wrong_periodic<T>(block_of(*recv, src, s.chunk), payload_period<T>(src, 0), it);
+                                          return bad;
                                       }};
                 });
             };
@@ -468,13 +514,13 @@ private:
         } else if (name == "alltoall" || name == "alltoallv") {
             bool const v = name == "alltoallv";
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me, up, v] {
+                list.emplace_back(algo, [this, s, me, p, up, v] {
                     auto send = std::make_shared<std::vector<T>>(s.count);
                     auto recv = std::make_shared<std::vector<T>>(s.count);
                     auto counts = std::make_shared<std::vector<std::size_t>>(up, s.chunk);
                     return bench_case{[=](int it) {
-                                          for (std::size_t x = 0; x < s.count; ++x)
-                                              (*send)[x] = static_cast<T>(payload(me, static_cast<rank_t>(x / s.chunk), x % s.chunk, it));
+                                          for (rank_t dst = 0; dst < p; ++dst)
+                                              fill_periodic<T>(block_of(*send, dst, s.chunk), payload_period<T>(me, dst), it);
                                           std::fill(recv->begin(), recv->end(), sentinel<T>());
                                       },
                                       [this, send, recv, counts, v] {
@@ -482,9 +528,10 @@ private:
                                           else chorus::alltoall<Algo>(tp_, *send, *recv);
                                       },
                                       [=](int it) {
-                                          return count_wrong(*recv, [&](std::size_t x) {
-                                              return static_cast<double>(payload(static_cast<rank_t>(x / s.chunk), me, x % s.chunk, it));
-                                          });
+                                          std::size_t bad = 0;
+                                          for (rank_t src = 0; src < p; ++src)
+                                              bad += wrong_periodic<T>(block_of(*recv, src, s.chunk), payload_period<T>(src, me), it);
+                                          return bad;
                                       }};
                 });
             };
@@ -515,9 +562,6 @@ private:
     {
         return block_bytes <= tp_.direct_bytes();
     }
-
-    // The expected value as T computes it (integer AVG truncates).
-    static double exact(double v) { return static_cast<double>(static_cast<T>(v)); }
 
     Tp& tp_;
     options const& o_;
