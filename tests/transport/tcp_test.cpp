@@ -1201,24 +1201,30 @@ TEST_CASE("shm: a one_shot broadcast waits for the root only, and a rank that di
 TEST_CASE("shm: a receive matched to a remote message reads nothing once the group failed") {
     // Rank 1's receive matches rank 0's remote message (64 KiB, read from rank 0's memory at
     // the next progress); then rank 0 fails the group and writes over its buffer. Rank 1's
-    // wait must give the failure, not the overwritten bytes as a message.
-    std::atomic<bool> overwritten{false};
+    // wait must give the failure, not the overwritten bytes as a message. (The ranks are
+    // threads and order their steps with atomics: neither waits in the transport before the
+    // failure, where a waiter would buffer the unmatched message.)
+    std::atomic<int> step{0};
+    auto const await_step = [&](int k) {
+        while (step.load() < k) std::this_thread::yield();
+    };
     auto const errors = shm_errors_of([&](chorus::shm_transport& tp) {
         std::vector<std::uint64_t> big(8192, 7), got(8192, 0);
         std::uint64_t token = 1;
         if (tp.rank() == 0) {
+            auto receiving = tp.irecv(1, 4, std::as_writable_bytes(std::span(&token, 1)));  // so the send goes remote
             auto sent = tp.isend(1, 3, std::as_bytes(std::span(big)));
-            chorus::send(tp, 1, std::span(&token, 1));  // after the remote record, in the same ring
-            chorus::recv(tp, 1, std::span(&token, 1));  // rank 1 posted its receive
+            step.store(1);  // the remote record is in rank 1's ring
+            await_step(2);  // rank 1 matched its receive to it
             tp.abort("rank 0 gives up");
             std::ranges::fill(big, 666);
-            overwritten.store(true);
+            step.store(3);
             sent.wait();
         } else if (tp.rank() == 1) {
-            chorus::recv(tp, 0, std::span(&token, 1));  // the remote record came before it
+            await_step(1);
             auto r = tp.irecv(0, 3, std::as_writable_bytes(std::span(got)));
-            chorus::send(tp, 0, std::span(&token, 1));
-            while (!overwritten.load()) std::this_thread::yield();
+            step.store(2);
+            await_step(3);
             try {
                 r.wait();
             } catch (...) {
@@ -1230,6 +1236,67 @@ TEST_CASE("shm: a receive matched to a remote message reads nothing once the gro
     });
     CHECK_MESSAGE(errors[0].find("rank 0 gives up") != std::string::npos, errors[0]);
     CHECK_MESSAGE(errors[1].find("rank 0 gives up") != std::string::npos, errors[1]);
+}
+
+TEST_CASE("shm: a large message is read from the sender's memory only when the sender receives too, and sends complete without their receives") {
+    // shm_runner: remote reads from 32 KiB, rings of 256 KiB. A send that went through the ring
+    // completes at once (it fits); a remote send only once its receiver read it. Rank 1 posts
+    // nothing until rank 0 has looked (the ranks are threads, ordered by `step`).
+    std::atomic<int> step{0};
+    auto const await_step = [&](int k) {
+        while (step.load() < k) std::this_thread::yield();
+    };
+    auto const numbers_of = [](rank_t r, std::size_t n) {  // what rank r sends
+        std::vector<std::uint64_t> v(n);
+        std::iota(v.begin(), v.end(), std::uint64_t{100} * static_cast<std::uint64_t>(r));
+        return v;
+    };
+    shm_runner::run(2, [&](chorus::shm_transport& tp) {
+        std::vector<std::uint64_t> const big = numbers_of(tp.rank(), 8192);  // 64 KiB
+        std::vector<std::uint64_t> got(8192);
+        std::uint64_t token = 0;
+        if (tp.rank() == 0) {
+            auto alone = tp.isend(1, 1, std::as_bytes(std::span(big)));
+            CHECK_MESSAGE(alone.test(), "a send from a rank that receives nothing went through the ring at once");
+            auto receiving = tp.irecv(1, 2, std::as_writable_bytes(std::span(&token, 1)));
+            auto read = tp.isend(1, 3, std::as_bytes(std::span(big)));
+            auto const until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+            bool early = false;
+            while (std::chrono::steady_clock::now() < until) early = early || read.test();
+            CHECK_MESSAGE(!early, "a send from a rank that receives went remote: done only once read");
+            step.store(1);
+            read.wait();
+            receiving.wait();
+            CHECK(token == 9);
+        } else {
+            await_step(1);
+            for (chorus::tag_t tag : {chorus::tag_t{1}, chorus::tag_t{3}}) {
+                chorus::recv(tp, 0, std::span(got), tag);
+                CHECK(got == numbers_of(0, got.size()));
+            }
+            token = 9;
+            chorus::send(tp, 0, std::span(&token, 1), 2);
+        }
+    }, std::chrono::milliseconds(20000));
+
+    // Each rank receives something (so its sends go remote), then sends to the other before it
+    // receives from it: each send waits for the other's receive unless a waiter buffers the
+    // message it has not matched yet. Without that, both wait until the timeout.
+    shm_runner::run(2, [&](chorus::shm_transport& tp) {
+        rank_t const other = 1 - tp.rank();
+        std::vector<std::uint64_t> const mine = numbers_of(tp.rank(), 1 << 17);  // 1 MiB
+        std::vector<std::uint64_t> theirs(1 << 17);
+        std::uint64_t unrelated = 0;
+        auto receiving = tp.irecv(other, 5, std::as_writable_bytes(std::span(&unrelated, 1)));
+        auto const start = std::chrono::steady_clock::now();
+        chorus::send(tp, other, mine, 6);
+        chorus::recv(tp, other, std::span(theirs), 6);
+        CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+        CHECK(theirs == numbers_of(other, theirs.size()));
+        unrelated = 1;
+        chorus::send(tp, other, std::span(&unrelated, 1), 5);
+        receiving.wait();
+    }, std::chrono::milliseconds(20000));
 }
 
 TEST_CASE("shm: one_shot over a round too small for one element of every block fails every rank") {

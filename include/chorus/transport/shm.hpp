@@ -3,9 +3,9 @@
 #pragma once
 
 // shm_transport: the ranks of one host, one process each, exchanging messages through shared
-// memory (Linux): a lock-free ring per pair of ranks, large messages in pipelined parts, or
-// (CHORUS_SHM_REMOTE_BYTES) copied once by the kernel from the sender's buffer into the
-// receiver's (process_vm_readv). The engine and its protocol: shm/engine.hpp; the memory:
+// memory (Linux): a lock-free ring per pair of ranks, large messages in pipelined parts, or,
+// from 64 KiB (CHORUS_SHM_REMOTE_BYTES) where the sender is receiving too, copied once by the
+// kernel from the sender's buffer into the receiver's (process_vm_readv). The engine and its protocol: shm/engine.hpp; the memory:
 // shm/segment.hpp.
 //
 // Joining: the ranks find each other over another transport (the bootstrap) that carries two

@@ -8,13 +8,14 @@
 // Paths. A message is copied into the receiver's ring from this sender (a single-producer
 // single-consumer ring, lock-free: the sender moves head, the receiver tail) in parts of at
 // most a quarter of the ring, and copied out by the receiver: two copies, pipelined, on two
-// cores, through memory that stays in cache. With shm_config::remote_bytes set, a message of
-// that size or more is instead announced by a `remote` record carrying its address, and the
-// receiver copies it straight from the sender's memory into its own buffer with
-// process_vm_readv (cross-memory attach: one copy, made by the kernel); its `ack` record
-// completes the send. Off by default: slower than the ring where measured (shm_config).
-// Pairs where that read is refused (a container's seccomp filter, a hardened ptrace policy;
-// probed at set-up) use the ring for everything.
+// cores, through memory that stays in cache. A message of shm_config::remote_bytes or more,
+// from a rank that is receiving too, is instead announced by a `remote` record carrying its
+// address, and the receiver copies it straight from the sender's memory into its own buffer
+// with process_vm_readv (cross-memory attach: one copy, made by the kernel); its `ack` record
+// completes the send. A remote message no receive has matched is read into a buffer by a
+// waiter that is about to sleep (buffer_remotes), so sends complete without their receives as
+// over the rings. Pairs where that read is refused (a container's seccomp filter, a hardened
+// ptrace policy; probed at set-up) use the ring for everything.
 //
 // Direct exchanges (exchange(), for the one_shot collectives: transport/concepts.hpp,
 // direct_transport). Every rank writes its block into a slot of its own segment and stamps it
@@ -75,12 +76,14 @@ struct shm_config {
     /// Bytes of each ring, one per sender in every receiver's segment (CHORUS_SHM_RING_BYTES;
     /// a multiple of 4096, at least 4096): a segment holds size() rings.
     std::size_t ring_bytes = 256 * 1024;
-    /// Messages of at least this many bytes are read from the sender's memory in one copy
-    /// (CHORUS_SHM_REMOTE_BYTES); 0 (the default): never, every message goes through the
-    /// rings. Measured on the 2-core CI VM (docs/algorithms.md): process_vm_readv moves
-    /// 2-5 GB/s and ten times less into pages it has not written before, while the two copies
-    /// through a ring that stays in cache run on both cores at once, 2-3x faster at 1-64 MiB.
-    std::size_t remote_bytes = 0;
+    /// Messages of at least this many bytes, sent by a rank that is itself receiving (an
+    /// exchange, a ring's step), are read from the sender's memory in one copy
+    /// (CHORUS_SHM_REMOTE_BYTES); 0: never, every message goes through the rings. A rank that
+    /// only sends uses the rings, whose two copies share the work between two cores. Measured
+    /// on the 2-core CI VM (docs/algorithms.md#shared-memory-shm_transport): 1.2-1.8x faster
+    /// than the rings for 1-64 MiB alltoall, allgather and reduce_scatter, 1.1-1.7x for
+    /// allreduce; no slower from 64 KiB.
+    std::size_t remote_bytes = 64 * 1024;
     /// The largest block a rank publishes in one direct exchange (CHORUS_SHM_DIRECT_BYTES):
     /// one_shot collectives up to this size; each rank's segment holds two slots of it. 0: no
     /// direct exchanges. Measured crossover with the ring algorithms: docs/algorithms.md.
@@ -104,6 +107,7 @@ struct shm_op : message_op {
     std::uint64_t id = 0;    // a remote send's number (its ack names it); a remote receive's, to ack
     std::uint64_t addr = 0;  // a remote receive's: where the message lies in the sender's memory
     bool started = false;    // a send whose first record is written
+    bool remote = false;     // a send the peer reads from this rank's memory (goes_remote)
     bool direct = false;     // not a message: exchange() waiting for the peer's block ...
     direct_slot const* awaited = nullptr;  // ... in this slot
     std::uint64_t round = 0;               // ... of this round
@@ -229,12 +233,14 @@ public:
         // The common small message: written whole at once, nothing to wait for, no allocation.
         std::size_t written = 0;
         bool started = false;
-        if (s.sends.empty() && s.acks.empty() && !goes_remote(s, bytes.size())) {
+        bool const remote = goes_remote(s, bytes.size());
+        if (s.sends.empty() && s.acks.empty() && !remote) {
             started = write_part(s, tag, bytes.size(), bytes.data(), bytes.size(), record_kind::message, written);
             if (started && written == bytes.size()) return nullptr;
         }
         auto op = make_op<shm_op>(true, peer, tag, bytes.size());
         op->out = bytes.data();
+        op->remote = remote;
         op->started = started;
         op->offset = written;
         s.sends.push_back(op);
@@ -419,8 +425,17 @@ private:
         return layout_.slot(base ? base : own_map_.base(), round_);
     }
     std::size_t ring_bytes() const noexcept { return layout_.ring_bytes; }
+    // Whether a message of n bytes to s is read by the peer from this rank's memory: a large
+    // one, the pair able to, and this rank taking in a message itself. One copy beats two when
+    // both ranks copy anyway (an exchange, a ring's step); a rank that only sends (a
+    // broadcast's root) would idle while its peer reads alone, where the ring's two copies
+    // share the work between two cores (2x faster for a 16-64 MiB broadcast of 2 ranks).
+    // Decided once, at isend.
     bool goes_remote(peer_state const& s, std::size_t n) const noexcept {
-        return s.remote_ok && remote_bytes_ != 0 && n >= remote_bytes_;
+        return s.remote_ok && remote_bytes_ != 0 && n >= remote_bytes_ && taking_in();
+    }
+    bool taking_in() const noexcept {
+        return std::ranges::any_of(peers_, [](peer_state const& q) { return q.queue.has_receives() || q.into || !q.reads.empty(); });
     }
 
     // Set-up: segments made and mapped by every rank, remote reads probed, all agreed in two
@@ -605,7 +620,7 @@ private:
         }
         while (!s.sends.empty()) {
             shm_op& op = *s.sends.front();
-            if (goes_remote(s, op.size)) {
+            if (op.remote) {
                 op.id = ++last_id_;
                 if (!write_record(s, {op.tag, op.size, reinterpret_cast<std::uintptr_t>(op.out), op.id, record_kind::remote, 0}, nullptr))
                     return;
@@ -742,6 +757,35 @@ private:
         s.queue.messages().push_back(std::move(u));
     }
 
+    // Reads every remote message no receive has matched yet into a buffer of its own and
+    // releases its sender; whether there was one. A waiter that has spun for its whole spin
+    // does this before it sleeps, so that a remote send, which completes only once read, never
+    // waits for a receive its peer would post after its own wait: two ranks that each send
+    // before they receive (blocking calls, ring or not) complete as with the ring's buffering.
+    // Later than that it would not help; earlier it would cost a copy the receive, about to be
+    // posted, makes anyway.
+    bool buffer_remotes() {
+        if (group_failed()) return false;
+        bool any = false;
+        for (auto& s : peers_) {
+            if (!s.header) continue;
+            for (auto& u : s.queue.messages()) {
+                if (!u->remote) continue;
+                u->bytes = host_memory::buffer<std::byte>(u->size);
+                if (int const e = read_remote(s.pid, u->bytes.span().data(), u->addr, u->size); e != 0) {
+                    abort(sender_of(s), read_failed_message(sender_of(s), u->size, u->tag, e));
+                    return true;
+                }
+                u->remote = false;
+                u->filled = u->size;
+                s.acks.push_back(u->id);
+                any = true;
+            }
+            if (!s.acks.empty()) push_sends(s);
+        }
+        return any;
+    }
+
     void on_ack(peer_state& s, std::uint64_t id) {
         auto const it = std::ranges::find_if(s.awaiting, [&](op_ptr const& op) { return op->id == id; });
         if (it == s.awaiting.end()) return;  // a send that was cancelled
@@ -763,16 +807,19 @@ private:
 
     void read_from(peer_state& s, shm_op& op, std::uint64_t addr) {
         if (int const e = read_remote(s.pid, op.in, addr, op.size); e != 0) {
-            // The sender is to blame: it exited (ESRCH), or its buffer is gone (EFAULT).
-            std::string const what = "rank " + std::to_string(me_) + ": reading " + std::to_string(op.size) +
-                                     " bytes from rank " + std::to_string(op.peer) + "'s memory (" + describe_tag(op.tag) +
-                                     ") failed: " + std::system_category().message(e) +
-                                     (e == ESRCH ? " (its process exited)" : "");
+            std::string const what = read_failed_message(op.peer, op.size, op.tag, e);
             abort(op.peer, what);
             op.fail(errc::peer_failed, what);
             return;
         }
         op.done = true;
+    }
+
+    // The sender is to blame: it exited (ESRCH), or its buffer is gone (EFAULT).
+    std::string read_failed_message(rank_t from, std::size_t size, tag_t tag, int e) const {
+        return "rank " + std::to_string(me_) + ": reading " + std::to_string(size) + " bytes from rank " + std::to_string(from) +
+               "'s memory (" + describe_tag(tag) + ") failed: " + std::system_category().message(e) +
+               (e == ESRCH ? " (its process exited)" : "");
     }
 
     // A receive meets the unexpected message `u` (which the caller then erases).
@@ -897,6 +944,7 @@ private:
             return true;
         }
         if (check_peers_due(now, op) && (op.done || done())) return true;
+        if (buffer_remotes()) return true;
         // Sleep until a peer rings (it sees `sleeping`), a slice passes, or the deadline.
         own_->sleeping.store(1, std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_seq_cst);
