@@ -140,6 +140,12 @@ public:
         engine_->exchange(pieces, agreed, tag, from);
     }
     bool await_round() { return engine_->await_round(); }
+
+    /// Whether `peer` reads this rank's large messages from its memory (process_vm_readv,
+    /// probed when joining; false where a container's seccomp filter or a ptrace policy refuses
+    /// it, or remote_bytes is 0): then a message of remote_bytes or more, sent while this rank
+    /// is receiving too, goes remote (shm_config::remote_bytes).
+    bool reads_remote(rank_t peer) const noexcept { return engine_->reads_remote(peer); }
     std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {

@@ -122,6 +122,7 @@ struct shm_unexpected {
     std::size_t filled = 0;
     bool remote = false;
     std::uint64_t addr = 0, id = 0;
+    std::chrono::steady_clock::time_point arrived{};  // a remote one's record
     bool complete() const noexcept { return remote || filled == size; }
 };
 
@@ -223,7 +224,8 @@ public:
     }
     std::uint64_t agreed(rank_t r) const noexcept { return published(r)->agreed; }
 
-    /// Whether messages to `peer` of remote_bytes and more are read from this rank's memory.
+    /// Whether `peer` can read this rank's memory (probed at set-up): messages to it of
+    /// remote_bytes and more then go remote where goes_remote() says.
     bool reads_remote(rank_t peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].remote_ok; }
 
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
@@ -656,6 +658,7 @@ private:
             reads = reads || !s.reads.empty();
         }
         if (reads) read_matched();
+        buffer_remotes();
     }
 
     // A failed group reads nothing more: the sender may have given its buffer back.
@@ -754,37 +757,46 @@ private:
         u->remote = true;
         u->addr = h.addr;
         u->id = h.id;
+        u->arrived = std::chrono::steady_clock::now();
         s.queue.messages().push_back(std::move(u));
+        unmatched_remotes_ = true;
     }
 
-    // Reads every remote message no receive has matched yet into a buffer of its own and
-    // releases its sender; whether there was one. A waiter that has spun for its whole spin
-    // does this before it sleeps, so that a remote send, which completes only once read, never
-    // waits for a receive its peer would post after its own wait: two ranks that each send
-    // before they receive (blocking calls, ring or not) complete as with the ring's buffering.
-    // Later than that it would not help; earlier it would cost a copy the receive, about to be
-    // posted, makes anyway.
-    bool buffer_remotes() {
-        if (group_failed()) return false;
-        bool any = false;
+    // Reads every remote message that no receive matched within buffer_after() of its record
+    // into a buffer of its own, and releases its sender. A remote send completes only once
+    // read, so without this it would wait for a receive its peer posts only after its own
+    // send completed: two ranks that each send before they receive (blocking calls, or
+    // test() loops) would wait for each other until the timeout, where the rings buffer. Every
+    // progress does it, so waits, test() and a companion's drive() alike; not at once, which
+    // would cost a copy that the receive about to be posted makes anyway.
+    void buffer_remotes() {
+        if (!unmatched_remotes_ || group_failed()) return;
+        auto const now = std::chrono::steady_clock::now();
+        bool waiting = false;  // messages too young yet
         for (auto& s : peers_) {
             if (!s.header) continue;
             for (auto& u : s.queue.messages()) {
                 if (!u->remote) continue;
-                u->bytes = host_memory::buffer<std::byte>(u->size);
-                if (int const e = read_remote(s.pid, u->bytes.span().data(), u->addr, u->size); e != 0) {
-                    abort(sender_of(s), read_failed_message(sender_of(s), u->size, u->tag, e));
-                    return true;
+                if (now - u->arrived < buffer_after()) {
+                    waiting = true;
+                    continue;
                 }
+                if (group_failed()) return;  // nothing read after a failure: its sender may have reused the buffer
+                u->bytes = host_memory::buffer<std::byte>(u->size);
+                if (int const e = read_remote(s.pid, u->bytes.span().data(), u->addr, u->size); e != 0)
+                    return abort(sender_of(s), read_failed_message(sender_of(s), u->size, u->tag, e));
                 u->remote = false;
                 u->filled = u->size;
                 s.acks.push_back(u->id);
-                any = true;
             }
             if (!s.acks.empty()) push_sends(s);
         }
-        return any;
+        unmatched_remotes_ = waiting;
     }
+
+    // How long a remote message waits for its receive before buffer_remotes reads it: the
+    // spin, and at least 50 us (a peer a little ahead posts its receive within that).
+    std::chrono::microseconds buffer_after() const noexcept { return std::max(spin_, std::chrono::microseconds(50)); }
 
     void on_ack(peer_state& s, std::uint64_t id) {
         auto const it = std::ranges::find_if(s.awaiting, [&](op_ptr const& op) { return op->id == id; });
@@ -944,15 +956,15 @@ private:
             return true;
         }
         if (check_peers_due(now, op) && (op.done || done())) return true;
-        if (buffer_remotes()) return true;
         // Sleep until a peer rings (it sees `sleeping`), a slice passes, or the deadline.
         own_->sleeping.store(1, std::memory_order_relaxed);
         std::atomic_thread_fence(std::memory_order_seq_cst);
         std::uint32_t const seen = own_->doorbell.load(std::memory_order_relaxed);
         progress();
+        // A remote message waiting for its receive is buffered when due, not a slice later.
+        std::chrono::nanoseconds const slice = unmatched_remotes_ ? std::chrono::nanoseconds(buffer_after()) : std::chrono::milliseconds(10);
         if (!op.done && !done() && own_->failed_by.load(std::memory_order_relaxed) < 0)
-            futex_wait(own_->doorbell, seen,
-                       companion_sleep(companion_, std::min<std::chrono::nanoseconds>(deadline - now, std::chrono::milliseconds(10))));
+            futex_wait(own_->doorbell, seen, companion_sleep(companion_, std::min<std::chrono::nanoseconds>(deadline - now, slice)));
         own_->sleeping.store(0, std::memory_order_relaxed);
         return true;
     }
@@ -1086,6 +1098,7 @@ private:
     layout layout_;
     companion* companion_ = nullptr;
     std::size_t remote_bytes_;
+    bool unmatched_remotes_ = false;  // remote messages no receive matched may wait (buffer_remotes)
     std::size_t part_bytes_;
     std::chrono::milliseconds stopped_limit_;
     int blame_fd_;
