@@ -12,9 +12,9 @@
 // from a rank that is receiving too, is instead announced by a `remote` record carrying its
 // address, and the receiver copies it straight from the sender's memory into its own buffer
 // with process_vm_readv (cross-memory attach: one copy, made by the kernel); its `ack` record
-// completes the send. A remote message no receive has matched is read into a buffer by a
-// waiter that is about to sleep (buffer_remotes), so sends complete without their receives as
-// over the rings. Pairs where that read is refused (a container's seccomp filter, a hardened
+// completes the send. A remote message that no receive matched within the spin is read into
+// a buffer by the receiver's next progress (buffer_remotes), so sends complete without their
+// receives as over the rings. Pairs where that read is refused (a container's seccomp filter, a hardened
 // ptrace policy; probed at set-up) use the ring for everything.
 //
 // Direct exchanges (exchange(), for the one_shot collectives: transport/concepts.hpp,
