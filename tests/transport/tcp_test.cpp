@@ -11,6 +11,7 @@
 #include <chorus/transport/shm.hpp>
 #include <chorus/transport/staged.hpp>
 #include <chorus/transport/tcp.hpp>
+#include <chorus/transport/tcp/gate.hpp>
 #include <chorus/transport/tcp/net.hpp>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -395,6 +397,44 @@ TEST_CASE("tcp: IPv6 loopback (::1)") {
         if (ok) ++good;
     }, 10s, "::1");
     CHECK(good.load() == 3);
+}
+
+TEST_CASE("tcp gate: a burst of silent connections over the cap turns its latest away, not an older one still in its handshake") {
+    // The cap is a quarter of the descriptors the process may open: lowered to 256 here (64
+    // strangers; fewer under a lower hard limit). Connection 0 stands for a rank whose answer
+    // to the challenge is on its way; as many more as the cap arrive at once. Then, older than the handshake allowance (1 s), connection 0 is
+    // the one to go when a later one comes.
+    rlimit saved{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    rlimit low = saved;
+    low.rlim_cur = std::min<rlim_t>(256, saved.rlim_max);
+    std::size_t const cap = std::max<std::size_t>(16, static_cast<std::size_t>(low.rlim_cur) / 4);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    {
+        asio::io_context io;
+        asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+        chorus::detail::tcp_gate gate(io, 0, std::chrono::milliseconds(10000));
+        std::vector<asio::ip::tcp::socket> clients;
+        std::vector<std::shared_ptr<chorus::detail::tcp_incoming>> accepted;
+        clients.reserve(cap + 2);
+        auto const connect_one = [&] {
+            clients.emplace_back(io).connect(acceptor.local_endpoint());
+            auto c = std::make_shared<chorus::detail::tcp_incoming>(io);
+            acceptor.accept(c->sock);
+            gate.admit(c);
+            accepted.push_back(c);
+        };
+        for (std::size_t i = 0; i <= cap; ++i) connect_one();  // one over the cap
+        CHECK_MESSAGE(!accepted.front()->settled, "the connection still in its handshake was closed by a burst");
+        CHECK(accepted.back()->settled);
+        CHECK(std::ranges::count_if(accepted, [](auto const& c) { return c->settled; }) == 1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+        connect_one();
+        CHECK_MESSAGE(accepted.front()->settled, "a connection silent for longer than a handshake stayed while a new one came");
+        CHECK(!accepted.back()->settled);
+        gate.close_all();
+    }
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
 }
 
 TEST_CASE("tcp: the handshake proves the token with HMAC-SHA256 of a fresh challenge, never sending it") {

@@ -38,6 +38,7 @@ struct tcp_incoming {
     asio::ip::tcp::socket sock;
     tcp_wire::challenge challenge = tcp_wire::make_challenge();  // sent at once; the handshake answers it
     std::string from;  // "address port N", noted at accept: a reset connection no longer knows it
+    std::chrono::steady_clock::time_point admitted{};  // when the gate took it in
     bool settled = false;
 };
 
@@ -51,9 +52,10 @@ public:
         asio::error_code e;
         auto const peer = c->sock.remote_endpoint(e);
         if (!e) c->from = peer.address().to_string() + " port " + std::to_string(peer.port());
+        c->admitted = std::chrono::steady_clock::now();
         prune();
         strangers_.push_back(c);
-        if (strangers_.size() > cap()) refuse(oldest_silent(), "too many connections without a handshake");
+        if (strangers_.size() > cap()) refuse(over_cap(*c), "too many connections without a handshake");
         timers_.after(grace_, [this, c] {
             if (!c->settled) refuse(*c, "no handshake within " + std::to_string(grace_.count()) + " ms");
         });
@@ -111,11 +113,29 @@ private:
     // closing it would fail the job for a flood it took no part in. All said something: the
     // oldest. Pre: strangers_ is not empty.
     tcp_incoming& oldest_silent() {
-        for (auto const& c : strangers_) {
-            asio::error_code e;
-            if (c->sock.available(e) == 0 || e) return *c;
-        }
+        for (auto const& c : strangers_)
+            if (silent(*c)) return *c;
         return *strangers_.front();
+    }
+
+    // Over the cap after admitting `newest`: the oldest stranger silent for longer than a
+    // handshake takes (handshake_allowance), else `newest` itself. A rank connected just
+    // before a burst of silent connections is silent too until its answer to the challenge
+    // arrives — tens of milliseconds on a loaded machine, where the flood test closed it as
+    // the oldest and failed the job; a burst now turns its own latest away instead, and once
+    // its connections are that old, they go first, so a rank that comes later gets in.
+    tcp_incoming& over_cap(tcp_incoming& newest) {
+        auto const now = std::chrono::steady_clock::now();
+        for (auto const& c : strangers_)
+            if (silent(*c) && now - c->admitted >= handshake_allowance()) return *c;
+        return newest;
+    }
+
+    std::chrono::milliseconds handshake_allowance() const noexcept { return std::min(grace_ / 2, std::chrono::milliseconds(1000)); }
+
+    static bool silent(tcp_incoming const& c) {
+        asio::error_code e;
+        return c.sock.available(e) == 0 || e;
     }
 
     // A quarter of the descriptors this process may open (at least 16).
