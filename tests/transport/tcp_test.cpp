@@ -402,8 +402,8 @@ TEST_CASE("tcp: IPv6 loopback (::1)") {
 TEST_CASE("tcp gate: a burst of silent connections over the cap turns its latest away, not an older one still in its handshake") {
     // The cap is a quarter of the descriptors the process may open: lowered to 256 here (64
     // strangers; fewer under a lower hard limit). Connection 0 stands for a rank whose answer
-    // to the challenge is on its way; as many more as the cap arrive at once. Then, older than the handshake allowance (1 s), connection 0 is
-    // the one to go when a later one comes.
+    // to the challenge is on its way; as many more as the cap arrive at once. Then, older than
+    // the handshake allowance (1 s), connection 0 is the one to go when a later one comes.
     rlimit saved{};
     REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
     rlimit low = saved;
@@ -1146,6 +1146,16 @@ TEST_CASE("staged over shared memory (cuda_ipc_transport's control channel): one
 namespace {
 /// Runs `body` on 3 ranks of shared memory (20 s timeout): what each rank's chorus::error said
 /// ("" where none).
+/// Orders the steps of ranks that are threads of this process without any transport wait (a
+/// wait would move messages): one rank reaches(k), another await(k) yields until it has.
+struct thread_steps {
+    std::atomic<int> step{0};
+    void reach(int k) noexcept { step.store(k); }
+    void await(int k) const noexcept {
+        while (step.load() < k) std::this_thread::yield();
+    }
+};
+
 template <class Runner = shm_runner, class Body>
 std::vector<std::string> shm_errors_of(Body const& body) {
     std::vector<std::string> errors(3);
@@ -1244,27 +1254,24 @@ TEST_CASE("shm: a receive matched to a remote message reads nothing once the gro
     // wait must give the failure, not the overwritten bytes as a message. (The ranks are
     // threads and order their steps with atomics: neither waits in the transport before the
     // failure, where a waiter would buffer the unmatched message.)
-    std::atomic<int> step{0};
-    auto const await_step = [&](int k) {
-        while (step.load() < k) std::this_thread::yield();
-    };
+    thread_steps steps;
     auto const errors = shm_errors_of([&](chorus::shm_transport& tp) {
         std::vector<std::uint64_t> big(8192, 7), got(8192, 0);
         std::uint64_t token = 1;
         if (tp.rank() == 0) {
             auto receiving = tp.irecv(1, 4, std::as_writable_bytes(std::span(&token, 1)));  // so the send goes remote
             auto sent = tp.isend(1, 3, std::as_bytes(std::span(big)));
-            step.store(1);  // the remote record is in rank 1's ring
-            await_step(2);  // rank 1 matched its receive to it
+            steps.reach(1);  // the remote record is in rank 1's ring
+            steps.await(2);  // rank 1 matched its receive to it
             tp.abort("rank 0 gives up");
             std::ranges::fill(big, 666);
-            step.store(3);
+            steps.reach(3);
             sent.wait();
         } else if (tp.rank() == 1) {
-            await_step(1);
+            steps.await(1);
             auto r = tp.irecv(0, 3, std::as_writable_bytes(std::span(got)));
-            step.store(2);
-            await_step(3);
+            steps.reach(2);
+            steps.await(3);
             try {
                 r.wait();
             } catch (...) {
@@ -1281,11 +1288,8 @@ TEST_CASE("shm: a receive matched to a remote message reads nothing once the gro
 TEST_CASE("shm: a large message is read from the sender's memory only when the sender receives too, and sends complete without their receives") {
     // shm_runner: remote reads from 32 KiB, rings of 256 KiB. A send that went through the ring
     // completes at once (it fits); a remote send only once its receiver read it. Rank 1 posts
-    // nothing until rank 0 has looked (the ranks are threads, ordered by `step`).
-    std::atomic<int> step{0};
-    auto const await_step = [&](int k) {
-        while (step.load() < k) std::this_thread::yield();
-    };
+    // nothing until rank 0 has looked (the ranks are threads, ordered by `steps`).
+    thread_steps steps;
     auto const numbers_of = [](rank_t r, std::size_t n) {  // what rank r sends
         std::vector<std::uint64_t> v(n);
         std::iota(v.begin(), v.end(), std::uint64_t{100} * static_cast<std::uint64_t>(r));
@@ -1305,12 +1309,12 @@ TEST_CASE("shm: a large message is read from the sender's memory only when the s
             while (std::chrono::steady_clock::now() < until) early = early || read.test();
             if (tp.reads_remote(1)) CHECK_MESSAGE(!early, "a send from a rank that receives went remote: done only once read");
             else MESSAGE("process_vm_readv refused here: every message goes through the rings");
-            step.store(1);
+            steps.reach(1);
             read.wait();
             receiving.wait();
             CHECK(token == 9);
         } else {
-            await_step(1);
+            steps.await(1);
             for (chorus::tag_t tag : {chorus::tag_t{1}, chorus::tag_t{3}}) {
                 chorus::recv(tp, 0, std::span(got), tag);
                 CHECK(got == numbers_of(0, got.size()));
