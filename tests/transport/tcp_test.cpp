@@ -437,6 +437,38 @@ TEST_CASE("tcp gate: a burst of silent connections over the cap turns its latest
     REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
 }
 
+TEST_CASE("tcp: ranks the master's gate turns away during a burst of silent connections connect again and join") {
+    // The burst (the cap and 8 more: the cap is a quarter of the 256 descriptors allowed here)
+    // reaches the master as it starts listening, before any rank's connection: each rank is
+    // then the newest over the cap and is closed before the challenge, until the burst has been
+    // silent for longer than a handshake takes (1 s) and its oldest go instead. A rank closed
+    // so connects again rather than failing with "no challenge from the master".
+    rlimit saved{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+    rlimit low = saved;
+    low.rlim_cur = std::min<rlim_t>(256, saved.rlim_max);
+    std::size_t const cap = std::max<std::size_t>(16, static_cast<std::size_t>(low.rlim_cur) / 4);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    {
+        asio::io_context io;
+        std::vector<asio::ip::tcp::socket> silent;
+        std::atomic<int> good{0};
+        auto const flood = [&](std::uint16_t port) {
+            asio::ip::tcp::endpoint const master(asio::ip::make_address("127.0.0.1"), port);
+            for (std::size_t i = 0; i < cap + 8; ++i) silent.emplace_back(io).connect(master);
+        };
+        auto const start = std::chrono::steady_clock::now();
+        tcp_runner::run(3, [&](chorus::tcp_transport& tp) {
+            std::vector<int> v{tp.rank() + 1};
+            chorus::allreduce(tp, v);
+            if (v[0] == 6) ++good;
+        }, 10s, "127.0.0.1", flood);
+        CHECK(good.load() == 3);
+        CHECK(std::chrono::steady_clock::now() - start >= 1s);  // they got in once the burst was old
+    }
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+}
+
 TEST_CASE("tcp: the handshake proves the token with HMAC-SHA256 of a fresh challenge, never sending it") {
     using chorus::detail::hmac_sha256;
     using chorus::detail::sha256;

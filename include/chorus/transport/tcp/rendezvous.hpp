@@ -177,14 +177,30 @@ private:
             if (!e) return read_master_challenge();
             asio::error_code ignore;
             to_master_.close(ignore);
-            timers_.after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
+            connect_master_later();
         });
     }
 
-    // The master's challenge first: the hello answers it (wire.hpp).
+    // Again after a back-off (5 ms, doubling up to 200 ms): the master may not listen yet.
+    void connect_master_later() {
+        timers_.after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
+    }
+
+    // The master's challenge first: the hello answers it (wire.hpp). A connection closed before
+    // any challenge was turned away by the master's gate (gate.hpp: a burst of silent
+    // connections fills its cap, and the newest goes while none has been silent for long):
+    // connect again, as when the master was not listening yet. The gate then closes the oldest
+    // of the silent ones instead, so the rank gets in; the rendezvous's deadline still bounds it.
     void read_master_challenge() {
-        asio::async_read(to_master_, asio::buffer(challenge_in_), [this](asio::error_code e, std::size_t) {
+        asio::async_read(to_master_, asio::buffer(challenge_in_), [this](asio::error_code e, std::size_t got) {
             if (finished_) return;
+            if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) {
+                ++turned_away_;
+                asio::error_code ignore;
+                to_master_.close(ignore);
+                connect_master_later();
+                return;
+            }
             if (e) return void(fatal_ = me() + ": no challenge from the master at " + where_ + ": " + e.message());
             auto const nonce = tcp_wire::decode_challenge(challenge_in_.data());
             if (!nonce) return void(fatal_ = me() + ": " + where_ + " is not a chorus master of this version (no challenge)");
@@ -401,7 +417,10 @@ private:
             return {errc::timeout, first, "rank 0: rendezvous on " + where_ + " timed out" + after + "; ranks that never joined: " + missing};
         }
         if (!have_table_)
-            return {errc::timeout, 0, me() + ": rendezvous timed out" + after + " waiting for the table from the master (rank 0) at " + where_};
+            return {errc::timeout, 0,
+                    me() + ": rendezvous timed out" + after + " waiting for the table from the master (rank 0) at " + where_ +
+                        (turned_away_ == 0 ? std::string()
+                                           : "; it closed " + std::to_string(turned_away_) + " of this rank's connections before its challenge")};
         auto const [first, missing] =
             missing_ranks([&](std::size_t q) { return q != static_cast<std::size_t>(me_) && !sockets_[q]; });
         return {errc::timeout, std::max(first, 0),
@@ -476,6 +495,7 @@ private:
     // 2.-3. hello and table, this rank's side
     tcp::socket to_master_;
     milliseconds backoff_{5};
+    std::size_t turned_away_ = 0;  // connections the master closed before its challenge
     std::vector<unsigned char> hello_, table_in_;
     std::array<unsigned char, 8> table_len_{};
     std::array<unsigned char, tcp_wire::refusal_head_size> refusal_head_{};
