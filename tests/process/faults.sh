@@ -22,6 +22,10 @@ cleanup() {
 }
 trap cleanup EXIT
 out=$tmp/stdout err=$tmp/stderr
+# Where every surviving rank must print its error: chorusrun stops the others 1 s after the
+# first failure by default, and a sanitizer build on a loaded 2-core machine can take longer
+# than that to unwind a transport (a flush of up to 0.5 s, a shutdown of as much) and print.
+survivors=(--stop-after-ms 5000)
 
 now_ms() { date +%s%3N; }
 fail() {
@@ -52,7 +56,7 @@ master_port() {
 case $case_name in
 kill)
     # 4 ranks in a loop of 4 MiB ring allreduces; rank 2 SIGKILLs itself 300 ms after its first.
-    "$run" -n 4 --timeout-ms 30000 "$check" "${targs[@]}" kill 2 300 >"$out" 2>"$err"
+    "$run" "${survivors[@]}" -n 4 --timeout-ms 30000 "$check" "${targs[@]}" kill 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "chorusrun: rank 2 failed first (killed by signal 9"
@@ -73,7 +77,7 @@ stop)
     # Rank 2 SIGSTOPs itself in the middle of the allreduce loop: it never exits and its host
     # still acknowledges every packet, so only the missing heartbeats tell. Every other rank
     # must name it within 10 s (the collective timeout is 30 s); chorusrun names it too.
-    "$run" -n 4 --timeout-ms 30000 --grace-ms 500 "$check" "${targs[@]}" stop 2 300 >"$out" 2>"$err"
+    "$run" "${survivors[@]}" -n 4 --timeout-ms 30000 --grace-ms 500 "$check" "${targs[@]}" stop 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "chorusrun: rank 2 failed first (.*named by ranks"
@@ -91,7 +95,7 @@ early)
     # Rank 2 returns from main after the first allreduce; the others start a second one. They
     # must fail at once naming it ("left the group"), not time out (30 s) blaming each other.
     start=$(now_ms)
-    "$run" -n 4 --timeout-ms 30000 "$check" "${targs[@]}" early 2 300 >"$out" 2>"$err"
+    "$run" "${survivors[@]}" -n 4 --timeout-ms 30000 "$check" "${targs[@]}" early 2 300 >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     left=$(said_at "rank 2: leaving early")
@@ -109,7 +113,7 @@ insider)
     # Rank 1 (holding the token) announces an 8 GiB message to rank 0 that nobody receives. Rank
     # 0 must not allocate it (flow control holds it in the socket), every rank's peak RSS stays
     # under 1 GiB, and the error names rank 1 and the message.
-    "$run" -n 4 --timeout-ms 3000 "$check" insider >"$out" 2>"$err"
+    "$run" "${survivors[@]}" -n 4 --timeout-ms 3000 "$check" insider >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     expect "$err" "rank 0: error at .*rank 1 sent a message of 8589934592 bytes (tag 999) that no receive took"
@@ -193,7 +197,7 @@ mismatch | mismatch_small | mismatch_limit)
     mismatch_limit) margs=(mismatch_auto 8 100000) ;;
     esac
     start=$(now_ms)
-    "$run" -n 3 --timeout-ms 30000 "$check" "${targs[@]}" "${margs[@]}" >"$out" 2>"$err"
+    "$run" "${survivors[@]}" -n 3 --timeout-ms 30000 "$check" "${targs[@]}" "${margs[@]}" >"$out" 2>"$err"
     rc=$? end=$(now_ms)
     [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
     for r in 0 1 2; do
