@@ -8,8 +8,8 @@
 # Usage: bench/compare.sh [OUT_DIR]          (default build/compare; as root for apt-get)
 # Environment: PEERS_RANKS="2 4", PEERS_SIZES=8,1K,64K,1M,16M,64M, PEERS_ITER_SCALE (quick runs),
 #   CHORUS_PEERS_DIR (default ../shared/peers), CHORUS_COMPARE_NO_DEPS=1 (skip apt-get).
-# Outputs in OUT_DIR: peers.txt and chorus.txt (raw rows), ratios.txt, machine.txt,
-# compare-busbw.png.
+# Outputs in OUT_DIR: peers.txt and chorus.txt (raw rows), two_way.txt (loopback TCP each way at
+# once: bench/two_way_bench.cpp), ratios.txt, machine.txt, compare-busbw.png.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 peers=${CHORUS_PEERS_DIR:-$root/../shared/peers}
@@ -24,7 +24,7 @@ if [ -z "${CHORUS_COMPARE_NO_DEPS:-}" ]; then
 fi
 bash "$peers/build.sh" "$out/peers-build"
 cmake -S "$root" -B "$root/build-bench" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_EXAMPLES=OFF >/dev/null
-cmake --build "$root/build-bench" --target chorusrun chorus_bench
+cmake --build "$root/build-bench" --target chorusrun chorus_bench two_way_bench
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -37,6 +37,8 @@ cmake --build "$root/build-bench" --target chorusrun chorus_bench
 
 # Peers first (their run.sh waits for an idle machine per section), then chorus right after.
 bash "$peers/run.sh" "$out/peers-build" ceilings gloo mpi_tcp mpi_shm | tee "$out/peers.txt"
+# The peers' tcp_bench is one stream one way; two ranks send and receive at once.
+"$root/build-bench/bench/two_way_bench" 16 64 | tee "$out/two_way.txt"
 : >"$out/chorus.txt"
 for n in $PEERS_RANKS; do
     for transport in tcp shm; do
