@@ -399,17 +399,30 @@ TEST_CASE("tcp: IPv6 loopback (::1)") {
     CHECK(good.load() == 3);
 }
 
+// The process's descriptor limit lowered to 256 (or its hard limit, if lower) for as long as
+// this lives: the rendezvous's gate caps connections without a handshake at a quarter of it.
+struct lowered_descriptor_limit {
+    rlimit saved{};
+    std::size_t gate_cap = 0;
+    lowered_descriptor_limit() {
+        REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+        rlimit low = saved;
+        low.rlim_cur = std::min<rlim_t>(256, saved.rlim_max);
+        gate_cap = std::max<std::size_t>(16, static_cast<std::size_t>(low.rlim_cur) / 4);
+        REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    }
+    ~lowered_descriptor_limit() { CHECK(::setrlimit(RLIMIT_NOFILE, &saved) == 0); }
+    lowered_descriptor_limit(lowered_descriptor_limit const&) = delete;
+    lowered_descriptor_limit& operator=(lowered_descriptor_limit const&) = delete;
+};
+
 TEST_CASE("tcp gate: a burst of silent connections over the cap turns its latest away, not an older one still in its handshake") {
     // The cap is a quarter of the descriptors the process may open: lowered to 256 here (64
     // strangers; fewer under a lower hard limit). Connection 0 stands for a rank whose answer
     // to the challenge is on its way; as many more as the cap arrive at once. Then, older than
     // the handshake allowance (1 s), connection 0 is the one to go when a later one comes.
-    rlimit saved{};
-    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-    rlimit low = saved;
-    low.rlim_cur = std::min<rlim_t>(256, saved.rlim_max);
-    std::size_t const cap = std::max<std::size_t>(16, static_cast<std::size_t>(low.rlim_cur) / 4);
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    lowered_descriptor_limit const limit;
+    std::size_t const cap = limit.gate_cap;
     {
         asio::io_context io;
         asio::ip::tcp::acceptor acceptor(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
@@ -434,7 +447,6 @@ TEST_CASE("tcp gate: a burst of silent connections over the cap turns its latest
         CHECK(!accepted.back()->settled);
         gate.close_all();
     }
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
 }
 
 TEST_CASE("tcp: ranks the master's gate turns away during a burst of silent connections connect again and join") {
@@ -443,12 +455,8 @@ TEST_CASE("tcp: ranks the master's gate turns away during a burst of silent conn
     // then the newest over the cap and is closed before the challenge, until the burst has been
     // silent for longer than a handshake takes (1 s) and its oldest go instead. A rank closed
     // so connects again rather than failing with "no challenge from the master".
-    rlimit saved{};
-    REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-    rlimit low = saved;
-    low.rlim_cur = std::min<rlim_t>(256, saved.rlim_max);
-    std::size_t const cap = std::max<std::size_t>(16, static_cast<std::size_t>(low.rlim_cur) / 4);
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    lowered_descriptor_limit const limit;
+    std::size_t const cap = limit.gate_cap;
     {
         asio::io_context io;
         std::vector<asio::ip::tcp::socket> silent;
@@ -466,7 +474,6 @@ TEST_CASE("tcp: ranks the master's gate turns away during a burst of silent conn
         CHECK(good.load() == 3);
         CHECK(std::chrono::steady_clock::now() - start >= 1s);  // they got in once the burst was old
     }
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
 }
 
 TEST_CASE("tcp: the handshake proves the token with HMAC-SHA256 of a fresh challenge, never sending it") {
