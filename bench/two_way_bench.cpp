@@ -134,10 +134,10 @@ int main(int argc, char** argv) try {
         configure(s);  // before connecting: the buffers size the window
         check(::connect(s, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0, "connect");
     } else {
-        configure(listener);  // inherited by the accepted socket
+        configure(listener);  // before the handshake, which the accepted socket's buffers size
         s = ::accept(listener, nullptr, nullptr);
         check(s >= 0, "accept");
-        configure(s);
+        configure(s);  // and again on it, not relying on what accept() inherits
     }
     for (std::size_t m : mib)
         if (m > 0) measure(s, child == 0, m << 20);

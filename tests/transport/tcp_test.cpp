@@ -1183,8 +1183,6 @@ TEST_CASE("staged over shared memory (cuda_ipc_transport's control channel): one
 }
 
 namespace {
-/// Runs `body` on 3 ranks of shared memory (20 s timeout): what each rank's chorus::error said
-/// ("" where none).
 /// Orders the steps of ranks that are threads of this process without any transport wait (a
 /// wait would move messages): one rank reaches(k), another await(k) yields until it has.
 struct thread_steps {
@@ -1195,6 +1193,8 @@ struct thread_steps {
     }
 };
 
+/// Runs `body` on 3 ranks of shared memory (20 s timeout): what each rank's chorus::error said
+/// ("" where none).
 template <class Runner = shm_runner, class Body>
 std::vector<std::string> shm_errors_of(Body const& body) {
     std::vector<std::string> errors(3);

@@ -175,14 +175,15 @@ private:
         to_master_.async_connect(tcp::endpoint(master_ip_, cfg_.master_port), [this](asio::error_code e) {
             if (finished_) return;
             if (!e) return read_master_challenge();
-            asio::error_code ignore;
-            to_master_.close(ignore);
             connect_master_later();
         });
     }
 
-    // Again after a back-off (5 ms, doubling up to 200 ms): the master may not listen yet.
+    // Closes the attempt and tries again after a back-off (5 ms, doubling up to 200 ms): the
+    // master may not listen yet.
     void connect_master_later() {
+        asio::error_code ignore;
+        to_master_.close(ignore);
         timers_.after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
     }
 
@@ -196,8 +197,6 @@ private:
             if (finished_) return;
             if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) {
                 ++turned_away_;
-                asio::error_code ignore;
-                to_master_.close(ignore);
                 connect_master_later();
                 return;
             }
