@@ -6,8 +6,10 @@
 // is allocated and where its reductions run. One algorithm template serves host and device
 // transports by calling these through `typename Transport::memory_space`.
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -18,8 +20,12 @@
 #if defined(__linux__)
 #include <sys/mman.h>  // madvise: huge pages for large scratch
 #endif
+#if defined(__SSE2__)
+#include <emmintrin.h>  // streaming stores for copies past the cache
+#endif
 
 #include <chorus/config.hpp>
+#include <chorus/detail/env.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/reduce/traits.hpp>
 
@@ -162,6 +168,67 @@ private:
     std::size_t total_ = 0;
 };
 
+// Copies past the cache. A copy of a collective's block of tens of MiB into a buffer that is
+// not in cache streams memory: ordinary stores first read every destination line they write
+// (read for ownership), so a copy moves three bytes per byte, where streaming (non-temporal)
+// stores write whole lines without reading them and move two. glibc's memcpy streams only from
+// three quarters of the last-level cache it is told of, which a VM may report as its host's
+// whole L3 (the 2-core CI VM: 300 MiB, so never below 114 MiB). Measured there (two ranks, each
+// copying its own block while the kernel reads the peer's, as a 2-rank allgather does): a
+// 32 MiB block 4.6-5.6 -> 3.4 ms; over shm, 2-rank allgather and alltoall of 64 and 128 MiB
+// 6-15% faster, 4-rank allgather of 64 MiB 10-12%. Below that, streaming loses where the
+// destination is still cached (a buffer its owner has just written): 2-rank allgather of
+// 4-16 MiB (blocks of 2-8 MiB) 1.1-1.4x slower. Hence a threshold of 16 MiB per copy
+// (CHORUS_NT_COPY_BYTES; 0: never), read once per process. The transports' from_env read it
+// too, so that a bad value fails there, naming them, and not in the middle of a collective.
+inline std::size_t nt_copy_bytes_from(env_reader const& env) {
+    long long const b = env.number_at_least("CHORUS_NT_COPY_BYTES", 0, 16ll << 20);
+    return b == 0 ? static_cast<std::size_t>(-1) : static_cast<std::size_t>(b);
+}
+
+inline std::size_t nt_copy_bytes() {
+    static std::size_t const bytes = nt_copy_bytes_from(env_reader("chorus::host_memory::copy"));
+    return bytes;
+}
+
+// memcpy through streaming stores: the head up to the destination's next 64-byte boundary and
+// the tail by memcpy, whole lines in between (SSE2: every x86-64 has it). Ordered before any
+// later store by the closing sfence, like memcpy's own streaming loop.
+inline void streaming_copy(void* dst, void const* src, std::size_t n) noexcept {
+#if defined(__SSE2__)
+    auto* d = static_cast<char*>(dst);
+    auto const* s = static_cast<char const*>(src);
+    std::size_t const head = std::min(n, (64 - (reinterpret_cast<std::uintptr_t>(d) & 63)) & 63);
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    std::size_t const body = n & ~std::size_t{63};
+    for (std::size_t i = 0; i < body; i += 64) {
+        // Four loads, then four stores: the loads of a line go out together.
+        __m128i const a = _mm_loadu_si128(reinterpret_cast<__m128i const*>(s + i));
+        __m128i const b = _mm_loadu_si128(reinterpret_cast<__m128i const*>(s + i + 16));
+        __m128i const c = _mm_loadu_si128(reinterpret_cast<__m128i const*>(s + i + 32));
+        __m128i const e = _mm_loadu_si128(reinterpret_cast<__m128i const*>(s + i + 48));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
+    }
+    _mm_sfence();
+    std::memcpy(d + body, s + body, n - body);
+#else
+    std::memcpy(dst, src, n);
+#endif
+}
+
+// memcpy, streaming from nt_copy_bytes() on. n may be 0; the ranges may not overlap.
+inline void copy_bytes(void* dst, void const* src, std::size_t n) {
+    if (n == 0) return;  // memcpy with a null pointer is undefined even for zero bytes
+    if (n >= nt_copy_bytes()) streaming_copy(dst, src, n);
+    else std::memcpy(dst, src, n);
+}
+
 } // namespace detail
 
 /// Ordinary host memory. Reductions are loops that the compiler vectorises (detail::reduce_block).
@@ -199,12 +266,12 @@ struct host_memory {
         std::size_t size_ = 0;
     };
 
-    /// dst = src (same sizes; the ranges may not overlap).
+    /// dst = src (same sizes; the ranges may not overlap). Large copies bypass the cache
+    /// (detail::copy_bytes).
     template <class T>
-    static void copy(std::span<T> dst, std::span<T const> src) noexcept {
+    static void copy(std::span<T> dst, std::span<T const> src) {
         static_assert(std::is_trivially_copyable_v<T>);
-        // memcpy with a null pointer is undefined even for zero bytes.
-        if (!src.empty()) std::memcpy(dst.data(), src.data(), src.size_bytes());
+        detail::copy_bytes(dst.data(), src.data(), src.size_bytes());
     }
 
     /// acc[i] = op(acc[i], in[i]), or op(in[i], acc[i]) when `in_first` (order matters for

@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: MIT
 // The reduce_op concepts and the built-in ops on every arithmetic type, alone and through
-// allreduce.
+// allreduce; host_memory's copies.
 
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "../support/archetypes.hpp"
@@ -106,4 +109,54 @@ TEST_CASE_TEMPLATE("allreduce runs every op on every arithmetic type", T, std::i
         });
         CHECK_MESSAGE(f.count() == 0, "p = " << p << "\n" << f.report());
     }
+}
+
+// host_memory::copy streams large copies past the cache (detail::streaming_copy): a head by
+// memcpy up to the destination's 64-byte boundary, whole lines, a tail. Every split of that
+// must give memcpy's bytes and touch nothing around the destination.
+TEST_CASE("host memory: streaming copies equal memcpy at every alignment and length, and touch nothing else") {
+    std::size_t const lengths[] = {0, 1, 15, 16, 63, 64, 65, 127, 128, 129, 1000, 4096 + 17, (std::size_t{1} << 20) + 3};
+    std::size_t const big = (std::size_t{1} << 20) + 256;
+    std::vector<unsigned char> src(big), dst(big + 128);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + (i >> 8) * 7 + 1);
+    std::size_t const dst_offsets[] = {0, 1, 7, 16, 33, 63};
+    std::size_t const src_offsets[] = {0, 5, 64};
+    for (std::size_t n : lengths) {
+        for (std::size_t d_off : dst_offsets) {
+            for (std::size_t s_off : src_offsets) {
+                CAPTURE(n);
+                CAPTURE(d_off);
+                CAPTURE(s_off);
+                std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xEE));
+                chorus::detail::streaming_copy(dst.data() + 64 + d_off, src.data() + s_off, n);
+                std::size_t bad = 0;
+                for (std::size_t i = 0; i < dst.size(); ++i) {
+                    bool const inside = i >= 64 + d_off && i < 64 + d_off + n;
+                    unsigned char const want = inside ? src[s_off + (i - 64 - d_off)] : static_cast<unsigned char>(0xEE);
+                    bad += dst[i] != want;
+                }
+                CHECK(bad == 0);
+            }
+        }
+    }
+    // Through host_memory::copy at any threshold: the same bytes, and 0 elements with no buffer.
+    std::vector<float> a(3000), b(3000, -1.0f);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
+    chorus::host_memory::copy(std::span<float>(b), std::span<float const>(a));
+    CHECK(a == b);
+    chorus::host_memory::copy(std::span<float>(), std::span<float const>());
+}
+
+TEST_CASE("CHORUS_NT_COPY_BYTES: 16 MiB by default, 0 never streams, a bad value names its reader") {
+    chorus::detail::env_reader const env("reader");
+    ::unsetenv("CHORUS_NT_COPY_BYTES");
+    CHECK(chorus::detail::nt_copy_bytes_from(env) == std::size_t{16} << 20);
+    ::setenv("CHORUS_NT_COPY_BYTES", "4096", 1);
+    CHECK(chorus::detail::nt_copy_bytes_from(env) == 4096);
+    ::setenv("CHORUS_NT_COPY_BYTES", "0", 1);
+    CHECK(chorus::detail::nt_copy_bytes_from(env) == static_cast<std::size_t>(-1));
+    ::setenv("CHORUS_NT_COPY_BYTES", "lots", 1);
+    CHECK_THROWS_WITH_AS(chorus::detail::nt_copy_bytes_from(env), doctest::Contains("reader: CHORUS_NT_COPY_BYTES is not a number: 'lots'"),
+                         chorus::invalid_argument);
+    ::unsetenv("CHORUS_NT_COPY_BYTES");
 }

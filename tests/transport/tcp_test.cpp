@@ -171,7 +171,7 @@ char const* const launcher_variables[] = {
     "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_JOB_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
     "CHORUS_BLAME_FD", "CHORUS_JOB_TOKEN", "CHORUS_TIMEOUT_MS", "CHORUS_HEARTBEAT_MS", "CHORUS_SPIN_US", "CHORUS_SOCKET_IFNAME", "CHORUS_PORT_RANGE", "CHORUS_MAX_MESSAGE_BYTES",
-    "CHORUS_MASTER_FD", "CHORUS_TCP_CONGESTION"};
+    "CHORUS_MASTER_FD", "CHORUS_TCP_CONGESTION", "CHORUS_NT_COPY_BYTES"};
 
 void unset_launcher_env() {
     for (char const* v : launcher_variables) ::unsetenv(v);
@@ -919,6 +919,15 @@ TEST_CASE("tcp: config_from_env: torchrun, Slurm and Open MPI variables, CHORUS_
     ::setenv("CHORUS_SPIN_US", "lots", 1);
     CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_SPIN_US"), chorus::invalid_argument);
     ::unsetenv("CHORUS_SPIN_US");
+    // Read by host_memory::copy once per process; a bad value fails here, naming the reader.
+    ::setenv("CHORUS_NT_COPY_BYTES", "1M", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(),
+                         doctest::Contains("tcp_transport::from_env: CHORUS_NT_COPY_BYTES is not a number"), chorus::invalid_argument);
+    ::setenv("CHORUS_NT_COPY_BYTES", "-1", 1);
+    CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_NT_COPY_BYTES"), chorus::invalid_argument);
+    ::setenv("CHORUS_NT_COPY_BYTES", "0", 1);
+    CHECK_NOTHROW(chorus::tcp_transport::config_from_env());
+    ::unsetenv("CHORUS_NT_COPY_BYTES");
     ::setenv("CHORUS_PORT_RANGE", "30010-30000", 1);
     CHECK_THROWS_WITH_AS(chorus::tcp_transport::config_from_env(), doctest::Contains("CHORUS_PORT_RANGE"), chorus::invalid_argument);
     ::setenv("CHORUS_PORT_RANGE", "30000", 1);

@@ -13,6 +13,7 @@
 
 #include <chorus/detail/env.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/memory.hpp>
 
 namespace chorus {
 
@@ -89,7 +90,7 @@ struct tcp_config {
 /// WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT or their Slurm and Open MPI counterparts;
 /// "[::1]" is accepted as MASTER_ADDR), and chorus's own CHORUS_JOB_TOKEN, CHORUS_TIMEOUT_MS,
 /// CHORUS_HEARTBEAT_MS, CHORUS_SPIN_US, CHORUS_MAX_MESSAGE_BYTES, CHORUS_MAX_UNEXPECTED_BYTES,
-/// CHORUS_SOCKET_IFNAME, CHORUS_TCP_CONGESTION,
+/// CHORUS_SOCKET_IFNAME, CHORUS_TCP_CONGESTION, CHORUS_NT_COPY_BYTES (host_memory::copy),
 /// CHORUS_PORT_RANGE ("lo-hi"), CHORUS_BLAME_FD and, for rank 0, CHORUS_MASTER_FD (both set by
 /// chorusrun). Errors name `caller` and the variable.
 inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_env") {
@@ -122,6 +123,7 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
         c.blame_fd = static_cast<int>(env.number(fd, "CHORUS_BLAME_FD"));
     if (std::string fd = env.get({"CHORUS_MASTER_FD"}); !fd.empty() && c.rank == 0)
         c.master_fd = static_cast<int>(env.number(fd, "CHORUS_MASTER_FD"));
+    detail::nt_copy_bytes_from(env);  // read by host_memory::copy; checked here, naming the caller
     return c;
 }
 
