@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -26,6 +27,7 @@
 
 #include <chorus/config.hpp>
 #include <chorus/detail/env.hpp>
+#include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
 #include <chorus/reduce/traits.hpp>
 
@@ -175,24 +177,28 @@ private:
 // three quarters of the last-level cache it is told of, which a VM may report as its host's
 // whole L3 (the 2-core CI VM: 300 MiB, so never below 114 MiB). Measured there (two ranks, each
 // copying its own block while the kernel reads the peer's, as a 2-rank allgather does): a
-// 32 MiB block 4.6-5.6 -> 3.4 ms; over shm, 2-rank allgather and alltoall of 64 and 128 MiB
+// 32 MiB block 4.8-5.6 -> 3.4 ms; over shm, 2-rank allgather and alltoall of 64 and 128 MiB
 // 6-15% faster, 4-rank allgather of 64 MiB 10-12%. Below that, streaming loses where the
 // destination is still cached (a buffer its owner has just written): 2-rank allgather of
-// 4-16 MiB (blocks of 2-8 MiB) 1.1-1.4x slower. Hence a threshold of 16 MiB per copy
-// (CHORUS_NT_COPY_BYTES; 0: never), read once per process. The transports' from_env read it
-// too, so that a bad value fails there, naming them, and not in the middle of a collective.
-inline std::size_t nt_copy_bytes_from(env_reader const& env) {
-    long long const b = env.number_at_least("CHORUS_NT_COPY_BYTES", 0, 16ll << 20);
-    return b == 0 ? static_cast<std::size_t>(-1) : static_cast<std::size_t>(b);
-}
-
+// 4-16 MiB (blocks of 2-8 MiB) up to 1.5x slower. Hence a threshold of 16 MiB per copy
+// (CHORUS_NT_COPY_BYTES; 0: never), read once per process. tcp_transport's from_env (and so
+// shm's and node's) checks the variable, failing there with a clear error; a program that builds
+// its transports from configs gets a line on stderr and the default instead of an exception in
+// the middle of a collective, which only the ranks that copy would throw.
 inline std::size_t nt_copy_bytes() {
-    static std::size_t const bytes = nt_copy_bytes_from(env_reader("chorus::host_memory::copy"));
+    static std::size_t const bytes = [] {
+        try {
+            return nt_copy_bytes_from(env_reader("chorus::host_memory::copy"));
+        } catch (invalid_argument const& e) {
+            std::fprintf(stderr, "%s; copies stream from the default, %zu bytes\n", e.what(), nt_copy_bytes_default);
+            return nt_copy_bytes_default;
+        }
+    }();
     return bytes;
 }
 
 // memcpy through streaming stores: the head up to the destination's next 64-byte boundary and
-// the tail by memcpy, whole lines in between (SSE2: every x86-64 has it). Ordered before any
+// the tail by memcpy, whole lines in between (SSE2: every x86-64 has it; elsewhere, memcpy). Ordered before any
 // later store by the closing sfence, like memcpy's own streaming loop.
 inline void streaming_copy(void* dst, void const* src, std::size_t n) noexcept {
 #if defined(__SSE2__)
@@ -222,10 +228,10 @@ inline void streaming_copy(void* dst, void const* src, std::size_t n) noexcept {
 #endif
 }
 
-// memcpy, streaming from nt_copy_bytes() on. n may be 0; the ranges may not overlap.
-inline void copy_bytes(void* dst, void const* src, std::size_t n) {
+// memcpy, streaming from `threshold` bytes on. n may be 0; the ranges may not overlap.
+inline void copy_bytes(void* dst, void const* src, std::size_t n, std::size_t threshold) noexcept {
     if (n == 0) return;  // memcpy with a null pointer is undefined even for zero bytes
-    if (n >= nt_copy_bytes()) streaming_copy(dst, src, n);
+    if (n >= threshold) streaming_copy(dst, src, n);
     else std::memcpy(dst, src, n);
 }
 
@@ -269,9 +275,9 @@ struct host_memory {
     /// dst = src (same sizes; the ranges may not overlap). Large copies bypass the cache
     /// (detail::copy_bytes).
     template <class T>
-    static void copy(std::span<T> dst, std::span<T const> src) {
+    static void copy(std::span<T> dst, std::span<T const> src) noexcept {
         static_assert(std::is_trivially_copyable_v<T>);
-        detail::copy_bytes(dst.data(), src.data(), src.size_bytes());
+        detail::copy_bytes(dst.data(), src.data(), src.size_bytes(), detail::nt_copy_bytes());
     }
 
     /// acc[i] = op(acc[i], in[i]), or op(in[i], acc[i]) when `in_first` (order matters for

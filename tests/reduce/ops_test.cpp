@@ -111,40 +111,48 @@ TEST_CASE_TEMPLATE("allreduce runs every op on every arithmetic type", T, std::i
     }
 }
 
-// host_memory::copy streams large copies past the cache (detail::streaming_copy): a head by
-// memcpy up to the destination's 64-byte boundary, whole lines, a tail. Every split of that
-// must give memcpy's bytes and touch nothing around the destination.
+// host_memory::copy streams large copies past the cache (detail::copy_bytes from a threshold,
+// detail::streaming_copy): a head by memcpy up to the destination's 64-byte boundary, whole
+// lines, a tail. Every split of that must give memcpy's bytes and touch nothing around the
+// destination; the offsets are from a 64-byte boundary, so the aligned case (no head) runs too.
 TEST_CASE("host memory: streaming copies equal memcpy at every alignment and length, and touch nothing else") {
     std::size_t const lengths[] = {0, 1, 15, 16, 63, 64, 65, 127, 128, 129, 1000, 4096 + 17, (std::size_t{1} << 20) + 3};
-    std::size_t const big = (std::size_t{1} << 20) + 256;
-    std::vector<unsigned char> src(big), dst(big + 128);
-    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + (i >> 8) * 7 + 1);
     std::size_t const dst_offsets[] = {0, 1, 7, 16, 33, 63};
     std::size_t const src_offsets[] = {0, 5, 64};
+    std::size_t const big = (std::size_t{1} << 20) + 256;
+    std::vector<unsigned char> src(big), dst_storage(big + 256);
+    auto* const base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<std::uintptr_t>(dst_storage.data()) + 127) & ~std::uintptr_t{63});  // 64 guard bytes before
+    for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + (i >> 8) * 7 + 1);
     for (std::size_t n : lengths) {
         for (std::size_t d_off : dst_offsets) {
             for (std::size_t s_off : src_offsets) {
                 CAPTURE(n);
                 CAPTURE(d_off);
                 CAPTURE(s_off);
-                std::fill(dst.begin(), dst.end(), static_cast<unsigned char>(0xEE));
-                chorus::detail::streaming_copy(dst.data() + 64 + d_off, src.data() + s_off, n);
+                unsigned char* const from = base - 64;  // the guards: 64 bytes either side
+                std::size_t const window = 64 + d_off + n + 64;
+                std::fill(from, from + window, static_cast<unsigned char>(0xEE));
+                // Threshold 1: every non-empty copy streams; streaming_copy itself takes n == 0.
+                if (n == 0) chorus::detail::streaming_copy(base + d_off, src.data() + s_off, n);
+                else chorus::detail::copy_bytes(base + d_off, src.data() + s_off, n, 1);
                 std::size_t bad = 0;
-                for (std::size_t i = 0; i < dst.size(); ++i) {
+                for (std::size_t i = 0; i < window; ++i) {
                     bool const inside = i >= 64 + d_off && i < 64 + d_off + n;
                     unsigned char const want = inside ? src[s_off + (i - 64 - d_off)] : static_cast<unsigned char>(0xEE);
-                    bad += dst[i] != want;
+                    bad += from[i] != want;
                 }
                 CHECK(bad == 0);
             }
         }
     }
-    // Through host_memory::copy at any threshold: the same bytes, and 0 elements with no buffer.
+    // Through host_memory::copy (the process's threshold): the same bytes, and 0 elements with no buffer.
     std::vector<float> a(3000), b(3000, -1.0f);
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i) * 0.5f;
     chorus::host_memory::copy(std::span<float>(b), std::span<float const>(a));
     CHECK(a == b);
     chorus::host_memory::copy(std::span<float>(), std::span<float const>());
+    chorus::detail::copy_bytes(nullptr, nullptr, 0, 1);
 }
 
 TEST_CASE("CHORUS_NT_COPY_BYTES: 16 MiB by default, 0 never streams, a bad value names its reader") {

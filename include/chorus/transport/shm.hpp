@@ -56,7 +56,6 @@ inline shm_config shm_config_from_env(char const* caller = "shm_transport::confi
         env.number_at_least("CHORUS_SHM_DIRECT_BYTES", 0, static_cast<long long>(c.direct_bytes)));
     c.remote_bytes = static_cast<std::size_t>(
         env.number_at_least("CHORUS_SHM_REMOTE_BYTES", 0, static_cast<long long>(c.remote_bytes)));
-    detail::nt_copy_bytes_from(env);  // read by host_memory::copy; checked here, naming the caller
     return c;
 }
 

@@ -13,7 +13,6 @@
 
 #include <chorus/detail/env.hpp>
 #include <chorus/fwd.hpp>
-#include <chorus/memory.hpp>
 
 namespace chorus {
 
@@ -123,7 +122,7 @@ inline tcp_config tcp_config_from_env(char const* caller = "tcp_transport::from_
         c.blame_fd = static_cast<int>(env.number(fd, "CHORUS_BLAME_FD"));
     if (std::string fd = env.get({"CHORUS_MASTER_FD"}); !fd.empty() && c.rank == 0)
         c.master_fd = static_cast<int>(env.number(fd, "CHORUS_MASTER_FD"));
-    detail::nt_copy_bytes_from(env);  // read by host_memory::copy; checked here, naming the caller
+    detail::nt_copy_bytes_from(env);  // read by host_memory::copy, process-wide; checked here, naming the caller
     return c;
 }
 
