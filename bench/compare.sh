@@ -7,7 +7,11 @@
 #
 # Usage: bench/compare.sh [OUT_DIR]          (default build/compare; as root for apt-get)
 # Environment: PEERS_RANKS="2 4", PEERS_SIZES=8,1K,64K,1M,16M,64M, PEERS_ITER_SCALE (quick runs),
-#   CHORUS_PEERS_DIR (default ../shared/peers), CHORUS_COMPARE_NO_DEPS=1 (skip apt-get).
+#   COMPARE_ROUNDS=2, CHORUS_PEERS_DIR (default ../shared/peers), CHORUS_COMPARE_NO_DEPS=1 (skip apt-get).
+# Rounds: the peers, then chorus, COMPARE_ROUNDS times in turn; every row of the table is the
+# fastest of its rounds' medians, for every library alike. On a shared VM a minute can run 1.5-2.5x
+# slower than the next (chorus's 2-rank 64 MiB TCP broadcast: 16.1 ms in one pass of 2026-12-06,
+# 6.3-7.4 ms in seven passes within the hour), and one round would charge that to whoever ran then.
 # Outputs in OUT_DIR: peers.txt and chorus.txt (raw rows), two_way.txt (loopback TCP each way at
 # once: bench/two_way_bench.cpp), ratios.txt, machine.txt, compare-busbw.png.
 set -euo pipefail
@@ -35,15 +39,25 @@ cmake --build "$root/build-bench" --target chorusrun chorus_bench two_way_bench
     echo "chorus: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } | tee "$out/machine.txt"
 
-# Peers first (their run.sh waits for an idle machine per section), then chorus right after.
-bash "$peers/run.sh" "$out/peers-build" ceilings gloo mpi_tcp mpi_shm | tee "$out/peers.txt"
+rounds=${COMPARE_ROUNDS:-2}
+echo "rounds: $rounds (each row: the fastest round's median)" >>"$out/machine.txt"
 # The peers' tcp_bench is one stream one way; two ranks send and receive at once.
 "$root/build-bench/bench/two_way_bench" 16 64 | tee "$out/two_way.txt"
+: >"$out/peers.txt"
 : >"$out/chorus.txt"
-for n in $PEERS_RANKS; do
-    for transport in tcp shm; do
-        "$root/build-bench/chorusrun" --no-prefix -n "$n" "$root/build-bench/bench/chorus_bench" --sizes "$PEERS_SIZES" \
-            --algo all --transport "$transport" --iter-scale "${PEERS_ITER_SCALE:-1}" | tee -a "$out/chorus.txt"
+for round in $(seq 1 "$rounds"); do
+    echo "# round $round of $rounds" | tee -a "$out/peers.txt" "$out/chorus.txt"
+    # Peers first (their run.sh waits for an idle machine per section), then chorus right after;
+    # the machine's ceilings once.
+    sections="gloo mpi_tcp mpi_shm"
+    [ "$round" = 1 ] && sections="ceilings $sections"
+    # shellcheck disable=SC2086
+    bash "$peers/run.sh" "$out/peers-build" $sections | tee -a "$out/peers.txt"
+    for n in $PEERS_RANKS; do
+        for transport in tcp shm; do
+            "$root/build-bench/chorusrun" --no-prefix -n "$n" "$root/build-bench/bench/chorus_bench" --sizes "$PEERS_SIZES" \
+                --algo all --transport "$transport" --iter-scale "${PEERS_ITER_SCALE:-1}" | tee -a "$out/chorus.txt"
+        done
     done
 done
 

@@ -6,6 +6,8 @@
 # chorus over shared memory (algo shm:NAME, chorus_bench --transport shm) get their own
 # columns: chorus_shm (auto), its best algorithm, and the speed-up over Open MPI's shm path.
 # Last, the machine's ceilings from the same run, and chorus's best busbw as a share of them.
+# A row that appears several times (compare.sh's rounds) counts with its fastest time, for every
+# library alike.
 function lib(file, algo) {
     if (file == 1) return algo == "mpi_tcp" || algo == "mpi_shm" ? algo : "gloo"
     if (algo ~ /^shm:/) return algo == "shm:auto" ? "chorus_shm" : "chorus_shm_best"
