@@ -940,11 +940,13 @@ private:
         // With a core per rank, polls without a system call for the whole spin: a message on
         // its way arrives within a cache miss or two, and a sched_yield (about a microsecond on
         // a VM) is time in which the waiter cannot see it. With more ranks than cores the peer
-        // we wait for may need this very core: a few polls, then yield each time. (Before,
-        // every wait polled 256 times, up to 140 cycles each, before its first yield: an
-        // 8-byte allreduce of 4 ranks on 2 cores took 49 us; 12 us now, with one_shot rounds.)
+        // we wait for may need this very core: yield at once, and at every round after. (Every
+        // wait polled 256 times, up to 140 cycles each, before its first yield: an 8-byte
+        // allreduce of 4 ranks on 2 cores took 49 us; then 16 polls: 2.9-5.0 us for a 16-byte
+        // allgather, alltoall, allreduce or barrier of 4 ranks, 1.9-2.5 us yielding at once,
+        // three interleaved rounds; 1 KiB to 16 MiB level.)
         ++idle.polls;
-        if (idle.polls < (oversubscribed_ ? 16u : 256u) || (!oversubscribed_ && idle.polls % 64 != 0)) {
+        if (!oversubscribed_ && (idle.polls < 256u || idle.polls % 64 != 0)) {
             cpu_relax();
             return true;
         }
