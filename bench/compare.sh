@@ -20,6 +20,8 @@ peers=${CHORUS_PEERS_DIR:-$root/../shared/peers}
 out=$(mkdir -p "${1:-$root/build/compare}" && cd "${1:-$root/build/compare}" && pwd)
 export PEERS_RANKS=${PEERS_RANKS:-2 4}
 export PEERS_SIZES=${PEERS_SIZES:-8,1K,64K,1M,16M,64M}
+rounds=${COMPARE_ROUNDS:-2}
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "compare.sh: COMPARE_ROUNDS must be a positive whole number, not '$rounds'" >&2; exit 1; }
 [ -f "$peers/run.sh" ] || { echo "compare.sh: no peers at $peers (set CHORUS_PEERS_DIR)" >&2; exit 1; }
 
 if [ -z "${CHORUS_COMPARE_NO_DEPS:-}" ]; then
@@ -39,7 +41,6 @@ cmake --build "$root/build-bench" --target chorusrun chorus_bench two_way_bench
     echo "chorus: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 } | tee "$out/machine.txt"
 
-rounds=${COMPARE_ROUNDS:-2}
 echo "rounds: $rounds (each row: the fastest round's median)" >>"$out/machine.txt"
 # The peers' tcp_bench is one stream one way; two ranks send and receive at once.
 "$root/build-bench/bench/two_way_bench" 16 64 | tee "$out/two_way.txt"

@@ -26,7 +26,7 @@ nranks=$(echo "$ranks" | wc -w)
 {
     echo "set terminal pngcairo noenhanced size $((420 * nranks)),$((300 * nops)) font ',9'"
     echo "set output '$out/compare-busbw.png'"
-    echo "set multiplot layout $nops,$nranks title 'busbw (GB/s) against bytes per rank, loopback, one run'"
+    echo "set multiplot layout $nops,$nranks title 'busbw (GB/s) against bytes per rank, loopback, one run (fastest round)'"
     echo "set logscale x 2; set format x '%.0s%cB'; set key top left; set grid"
     for op in $ops; do
         for r in $ranks; do

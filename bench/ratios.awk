@@ -30,7 +30,7 @@ FNR == 1 { file++ }
     key = $1 SUBSEP $3 SUBSEP $4
     if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     l = lib(file, $2)
-    if ($9 + 0 != 0) wrong[key] = wrong[key] " " l ":" $2 "=" $9
+    if ($9 + 0 != 0 && index(wrong[key] " ", " " l ":" $2 "=" $9 " ") == 0) wrong[key] = wrong[key] " " l ":" $2 "=" $9  # once per round would repeat it
     if (!((key, l) in t) || $6 + 0 < t[key, l] + 0) { t[key, l] = $6; bw[key, l] = $8; algo[key, l] = $2 }
     b = $2 ~ /^shm:/ ? "chorus_shm_best" : "chorus_best"
     if (file == 2 && (!((key, b) in t) || $6 + 0 < t[key, b] + 0)) {

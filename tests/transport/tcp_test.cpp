@@ -36,6 +36,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -157,6 +158,32 @@ using shm_ring_runner = threaded_runner<shm_factory<4096, 0>>;
 /// none at all (direct_bytes 0: the automatic choice never takes one_shot).
 using shm_rounds_runner = threaded_runner<shm_factory<4096, 0, 64>>;
 using shm_no_direct_runner = threaded_runner<shm_factory<4096, 0, 0>>;
+
+/// The CPUs this thread may run on, in order.
+std::vector<std::size_t> allowed_cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+    std::vector<std::size_t> cpus;
+    for (std::size_t c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    return cpus;
+}
+
+/// shm_runner's transport, each rank's thread first bound to one CPU of the test's: rank r to
+/// the r-th (modulo their count), or every rank to the first (SameCpu).
+template <bool SameCpu>
+struct bound_shm_factory {
+    using transport = chorus::shm_transport;
+    static void make(std::optional<transport>& tp, chorus::tcp_config c) {
+        std::vector<std::size_t> const cpus = allowed_cpus();
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpus[SameCpu ? 0 : static_cast<std::size_t>(c.rank) % cpus.size()], &one);
+        REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);  // this thread only
+        shm_factory<256 * 1024, 32 * 1024>::make(tp, std::move(c));
+    }
+};
 static_assert(chorus::transport<chorus::shm_transport>);
 static_assert(chorus::host_transport<chorus::shm_transport>);
 static_assert(chorus::direct_transport<chorus::shm_transport>);
@@ -1331,6 +1358,19 @@ TEST_CASE("shm: a receive matched to a remote message reads nothing once the gro
     });
     CHECK_MESSAGE(errors[0].find("rank 0 gives up") != std::string::npos, errors[0]);
     CHECK_MESSAGE(errors[1].find("rank 0 gives up") != std::string::npos, errors[1]);
+}
+
+TEST_CASE("shm: waits yield at once only where the host's ranks outnumber the CPUs they may run on together") {
+    // Counted over the union of the ranks' affinity masks: ranks bound one to a CPU each have a
+    // core apiece (each rank's own mask holds one CPU), ranks bound to one CPU share it.
+    std::size_t const cpus = allowed_cpus().size();
+    if (cpus >= 2) {
+        threaded_runner<bound_shm_factory<false>>::run(2, [](chorus::shm_transport& tp) { CHECK_FALSE(tp.oversubscribed()); }, 10s);
+        shm_runner::run(2, [](chorus::shm_transport& tp) { CHECK_FALSE(tp.oversubscribed()); }, 10s);
+    }
+    threaded_runner<bound_shm_factory<true>>::run(2, [](chorus::shm_transport& tp) { CHECK(tp.oversubscribed()); }, 10s);
+    if (cpus < 8)
+        shm_runner::run(static_cast<rank_t>(cpus + 1), [](chorus::shm_transport& tp) { CHECK(tp.oversubscribed()); }, 10s);
 }
 
 TEST_CASE("shm: a large message is read from the sender's memory only when the sender receives too, and sends complete without their receives") {

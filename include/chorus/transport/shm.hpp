@@ -146,6 +146,9 @@ public:
     /// it, or remote_bytes is 0): then a message of remote_bytes or more, sent while this rank
     /// is receiving too, goes remote (shm_config::remote_bytes).
     bool reads_remote(rank_t peer) const noexcept { return engine_->reads_remote(peer); }
+    /// Whether the ranks of this host outnumber the CPUs they may run on together (the union
+    /// of their affinity masks): then a wait yields its core at once instead of polling.
+    bool oversubscribed() const noexcept { return engine_->oversubscribed(); }
     std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {

@@ -28,11 +28,11 @@
 // and test() drains every ring into posted receives (or the unexpected queue) and pushes every
 // queued send, so the progress rule holds whatever order the ranks post in.
 //
-// Waiting. A waiter polls for shm_config::spin (pause, then sched_yield so that a rank of an
-// oversubscribed host that has work gets the core), then sleeps on its doorbell, a futex in its
-// header: a writer that sees the `sleeping` flag bumps the doorbell and wakes it. Spinning
-// first because a futex wake-up on an idle core costs tens of microseconds, a hundred times a
-// small message's trip through a ring.
+// Waiting. A waiter polls for shm_config::spin (with pause; on a host whose ranks outnumber
+// their CPUs, sched_yield instead, so that a rank that has work gets the core), then sleeps on
+// its doorbell, a futex in its header: a writer that sees the `sleeping` flag bumps the
+// doorbell and wakes it. Spinning first because a futex wake-up on an idle core costs tens of
+// microseconds, a hundred times a small message's trip through a ring.
 //
 // Failure. The group's failure is written into every rank's header (the first writer wins
 // there) and wakes every rank: an abort reaches the others in the time of a cache miss. A
@@ -146,7 +146,6 @@ public:
             throw invalid_argument("shm_transport: ring_bytes must be a positive multiple of 4096, got " +
                                    std::to_string(config.ring_bytes));
         set_up(std::forward<Allgather>(allgather));
-        oversubscribed_ = layout_.size > available_cpus();
     }
 
     shm_engine(shm_engine const&) = delete;
@@ -227,6 +226,7 @@ public:
     /// Whether `peer` can read this rank's memory (probed at set-up): messages to it of
     /// remote_bytes and more then go remote where goes_remote() says.
     bool reads_remote(rank_t peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].remote_ok; }
+    bool oversubscribed() const noexcept { return oversubscribed_; }
 
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         check_member(peer);
@@ -417,6 +417,7 @@ private:
         std::uint64_t probe;
         std::uint64_t direct_bytes;
         char host[112];
+        cpu_mask cpus;  // where the rank's thread may run (own_cpus)
     };
     static constexpr std::uint64_t probe_value = 0x63686f7275732121;  // "chorus!!"
     static constexpr std::size_t verdict_text = 256;
@@ -460,6 +461,7 @@ private:
         mine.ring_bytes = layout_.ring_bytes;
         mine.direct_bytes = layout_.direct_bytes;
         mine.probe = reinterpret_cast<std::uintptr_t>(&probe_);
+        mine.cpus = own_cpus();
         std::string const host = host_identity();
         std::memcpy(mine.host, host.data(), std::min(host.size(), sizeof mine.host - 1));
         std::vector<std::byte> const hellos = allgather(std::as_bytes(std::span(&mine, 1)));
@@ -468,6 +470,14 @@ private:
             std::memcpy(&h, hellos.data() + r * sizeof(hello), sizeof h);
             return h;
         };
+        // Oversubscribed: the ranks of this host outnumber the CPUs they may run on together.
+        // Counted over all their masks, not this rank's alone: ranks bound one to a core each
+        // (taskset, srun --cpu-bind, mpirun's default binding) have a core per rank, though each
+        // may run on one CPU only; unbound ranks, or ranks bound to the same cores, share.
+        cpu_mask together;
+        for (std::size_t r = 0; r < p; ++r)
+            if (slot_[r] >= 0) together |= hello_of(r).cpus;
+        oversubscribed_ = layout_.size > together.count();
         // Whether every rank could join, agreed before anyone goes on: a rank that cannot (its
         // peers on another host, a segment it cannot open) says why, and every rank throws
         // that, of the kind it was (a configuration error or a failed connection) — also the
@@ -952,8 +962,13 @@ private:
         }
         auto const now = std::chrono::steady_clock::now();
         if (now >= deadline) return false;
-        if (companion_) companion_->poke();
-        if (now - idle.since < spin_) {
+        bool const spinning = now - idle.since < spin_;
+        // The companion (node_transport's sockets): every round while it has work in flight,
+        // else once per sleep (a failure it would report); wait() pokes every 64 rounds too.
+        // An idle companion's poke is a ppoll that finds nothing, a second system call per round
+        // beside the yield.
+        if (companion_ && (!spinning || companion_->busy())) companion_->poke();
+        if (spinning) {
             if (oversubscribed_) ::sched_yield();  // a rank of this host that has work goes first
             return true;
         }
@@ -1112,7 +1127,7 @@ private:
     std::uint64_t round_ = 0;    // of direct exchanges
     std::uint64_t settled_ = 0;  // the last round every rank is known to have published
     tag_t round_tag_ = 0;        // the collective of round_
-    bool oversubscribed_ = true;  // more ranks share this host than this process may run on: yield when idle
+    bool oversubscribed_ = true;  // this host's ranks outnumber the CPUs they may run on together: yield when idle
     std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()
     std::uint64_t const probe_ = probe_value;  // read by peers at set-up to probe remote reads
 };
