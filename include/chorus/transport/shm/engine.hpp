@@ -417,7 +417,7 @@ private:
         std::uint64_t probe;
         std::uint64_t direct_bytes;
         char host[112];
-        cpu_mask cpus;  // where the rank's thread may run (own_cpus)
+        cpu_set_t cpus;  // where the rank's thread may run (own_cpus)
     };
     static constexpr std::uint64_t probe_value = 0x63686f7275732121;  // "chorus!!"
     static constexpr std::size_t verdict_text = 256;
@@ -474,10 +474,14 @@ private:
         // Counted over all their masks, not this rank's alone: ranks bound one to a core each
         // (taskset, srun --cpu-bind, mpirun's default binding) have a core per rank, though each
         // may run on one CPU only; unbound ranks, or ranks bound to the same cores, share.
-        cpu_mask together;
-        for (std::size_t r = 0; r < p; ++r)
-            if (slot_[r] >= 0) together |= hello_of(r).cpus;
-        oversubscribed_ = layout_.size > together.count();
+        cpu_set_t together;
+        CPU_ZERO(&together);
+        for (std::size_t r = 0; r < p; ++r) {
+            if (slot_[r] < 0) continue;
+            cpu_set_t theirs = hello_of(r).cpus;
+            CPU_OR(&together, &together, &theirs);
+        }
+        oversubscribed_ = layout_.size > static_cast<std::size_t>(CPU_COUNT(&together));
         // Whether every rank could join, agreed before anyone goes on: a rank that cannot (its
         // peers on another host, a segment it cannot open) says why, and every rank throws
         // that, of the kind it was (a configuration error or a failed connection) — also the

@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -297,35 +296,17 @@ inline void ring_doorbell(rank_header& h, bool always = false) noexcept {
     }
 }
 
-/// The CPUs a thread may run on (its affinity mask), as bits of CPU numbers below 1024; where
-/// the mask cannot be read, the first hardware_concurrency() CPUs (at least one).
-struct cpu_mask {
-    std::uint64_t words[16]{};
-    void set(std::size_t cpu) noexcept { words[cpu / 64] |= std::uint64_t{1} << (cpu % 64); }
-    cpu_mask& operator|=(cpu_mask const& o) noexcept {
-        for (std::size_t i = 0; i < 16; ++i) words[i] |= o.words[i];
-        return *this;
-    }
-    std::size_t count() const noexcept {
-        std::size_t n = 0;
-        for (std::uint64_t w : words) n += static_cast<std::size_t>(std::popcount(w));
-        return n;
-    }
-};
-
-inline cpu_mask own_cpus() noexcept {
-    cpu_mask m;
+/// The CPUs this thread may run on (its affinity mask); where that cannot be read, the first
+/// hardware_concurrency() CPUs (at least one).
+inline cpu_set_t own_cpus() noexcept {
     cpu_set_t set;
     CPU_ZERO(&set);
-    if (::sched_getaffinity(0, sizeof set, &set) == 0) {
-        for (std::size_t c = 0; c < 1024 && c < CPU_SETSIZE; ++c)
-            if (CPU_ISSET(c, &set)) m.set(c);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) == 0) {
+        CPU_ZERO(&set);
+        std::size_t const n = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, CPU_SETSIZE);
+        for (std::size_t c = 0; c < n; ++c) CPU_SET(c, &set);
     }
-    if (m.count() == 0) {
-        std::size_t const n = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 1024);
-        for (std::size_t c = 0; c < n; ++c) m.set(c);
-    }
-    return m;
+    return set;
 }
 
 /// This host's boot id: ranks that report the same one (and the same PID namespace) can share
