@@ -9,7 +9,9 @@
 //   --ops allreduce,broadcast     which collectives (default: all of allreduce broadcast
 //                                 reduce allgather reduce_scatter alltoall alltoallv barrier)
 //   --algo auto|all|NAME[,NAME]   which algorithms (default auto: chorus's own choice;
-//                                 all: every algorithm of each collective)
+//                                 all: every algorithm of each collective; over shm,
+//                                 `registered` is the automatic choice on buffers in a
+//                                 registered shm_buffer, which the peers read where it lies)
 //   --dtype float|double|int32|int64   element type (default float)
 //   --op sum|prod|min|max|avg     reduce op (default sum; other than sum for float only)
 //   -w N -n N                     warm-up and timed iterations (default: by size, as the
@@ -279,8 +281,8 @@ std::array<T, 16> payload_period(rank_t src, rank_t dst) {
 
 // Block b of n-element blocks of v.
 template <class T>
-std::span<T> block_of(std::vector<T>& v, rank_t b, std::size_t n) {
-    return std::span<T>(v).subspan(static_cast<std::size_t>(b) * n, n);
+std::span<T> block_of(std::span<T> v, rank_t b, std::size_t n) {
+    return v.subspan(static_cast<std::size_t>(b) * n, n);
 }
 
 // ---- the measurement loop ----------------------------------------------------------------
@@ -355,6 +357,7 @@ struct bench_case {
     std::function<void(int)> prepare;
     std::function<void()> run;
     std::function<std::size_t(int)> check;
+    std::function<void()> done = [] {};  // collective: after the row (deregisters its memory)
 };
 
 template <class Tp>
@@ -392,6 +395,48 @@ row measure(Tp& tp, options const& o, collective_info const& c, std::string cons
 
 // ---- the collectives, per element type and reduce op ----------------------------------------
 
+// A case's buffers: std::vectors, or (the `registered` rows over shm_transport) one shm_buffer
+// registered with the peers, who then read it where it lies (transport/shm/exposure.hpp);
+// release() deregisters it, on every rank alike.
+template <class Tp, class T>
+class case_memory {
+public:
+    case_memory(Tp& tp, std::vector<std::size_t> const& counts, bool registered) : tp_(tp), registered_(registered) {
+        std::size_t total = 0;
+        for (std::size_t n : counts) total += n;
+        std::span<T> all;
+        if constexpr (std::is_same_v<Tp, chorus::shm_transport>) {
+            if (registered) {
+                shared_ = chorus::shm_buffer(std::max<std::size_t>(total, 1) * sizeof(T));
+                all = shared_.template as<T>().first(total);
+                registration_ = chorus::register_buffer(tp, all);
+                if (!registration_.kept()) throw std::runtime_error("chorus_bench: the peers could not map a shm_buffer");
+            }
+        }
+        if (!registered) {
+            plain_.resize(total);
+            all = plain_;
+        }
+        for (std::size_t n : counts) {
+            parts_.push_back(all.first(n));
+            all = all.subspan(n);
+        }
+    }
+    std::span<T> operator[](std::size_t i) const { return parts_[i]; }
+    void release() {
+        if constexpr (std::is_same_v<Tp, chorus::shm_transport>)
+            if (registered_) chorus::deregister_buffer(tp_, registration_);
+    }
+
+private:
+    [[maybe_unused]] Tp& tp_;
+    bool registered_;
+    std::vector<T> plain_;
+    std::conditional_t<std::is_same_v<Tp, chorus::shm_transport>, chorus::shm_buffer, char> shared_{};
+    chorus::registration registration_;
+    std::vector<std::span<T>> parts_;
+};
+
 template <class T>
 T sentinel() {
     return static_cast<T>(-7);
@@ -409,6 +454,7 @@ public:
             if (!wanted(algo)) continue;
             bench_case bc = make();
             out.push_back(measure(tp_, o_, c, algo, s, sizeof(T), bc));
+            bc.done();
         }
     }
 
@@ -428,12 +474,13 @@ private:
         std::vector<std::pair<std::string, maker>> list;
         if (name == "allreduce") {
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me, p, opname] {
+                list.emplace_back(algo, [this, s, me, p, opname, algo] {
                     auto const tab = std::make_shared<period<T> const>(opname, me, p);
-                    auto buf = std::make_shared<std::vector<T>>(s.count);
-                    return bench_case{[=](int it) { fill_periodic<T>(*buf, tab->in, it); },
-                                      [this, buf] { chorus::allreduce<Algo>(tp_, *buf, op_); },
-                                      [=](int it) { return wrong_periodic<T>(*buf, tab->out, it); }};
+                    auto mem = memory({s.count}, algo);
+                    std::span<T> const buf = (*mem)[0];
+                    return bench_case{[=](int it) { fill_periodic<T>(buf, tab->in, it); },
+                                      [this, buf] { chorus::allreduce<Algo>(tp_, buf, op_); },
+                                      [=](int it) { return wrong_periodic<T>(buf, tab->out, it); }, [mem] { mem->release(); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
@@ -444,20 +491,22 @@ private:
             add.template operator()<chorus::hierarchical>("hierarchical");
             if constexpr (chorus::direct_transport<Tp>)
                 if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
+            if (registers()) add.template operator()<chorus::automatic>("registered");
         } else if (name == "reduce_scatter") {
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me, p, opname] {
+                list.emplace_back(algo, [this, s, me, p, opname, algo] {
                     auto const tab = std::make_shared<period<T> const>(opname, me, p);
-                    auto send = std::make_shared<std::vector<T>>(s.count);
-                    auto recv = std::make_shared<std::vector<T>>(s.chunk);
+                    auto mem = memory({s.count, s.chunk}, algo);
+                    std::span<T> const send = (*mem)[0], recv = (*mem)[1];
                     return bench_case{[=](int it) {
-                                          fill_periodic<T>(*send, tab->in, it);
-                                          std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                          fill_periodic<T>(send, tab->in, it);
+                                          std::fill(recv.begin(), recv.end(), sentinel<T>());
                                       },
-                                      [this, send, recv] { chorus::reduce_scatter<Algo>(tp_, *send, *recv, op_); },
+                                      [this, send, recv] { chorus::reduce_scatter<Algo>(tp_, send, recv, op_); },
                                       [=](int it) {
-                                          return wrong_periodic<T>(*recv, tab->out, it, static_cast<std::size_t>(me) * s.chunk);
-                                      }};
+                                          return wrong_periodic<T>(recv, tab->out, it, static_cast<std::size_t>(me) * s.chunk);
+                                      },
+                                      [mem] { mem->release(); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
@@ -465,6 +514,7 @@ private:
             add.template operator()<chorus::tree>("tree");
             if constexpr (chorus::direct_transport<Tp>)
                 if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
+            if (registers()) add.template operator()<chorus::automatic>("registered");
         } else if (name == "reduce") {
             list.emplace_back("auto", [this, s, me, p, opname] {
                 auto const tab = std::make_shared<period<T> const>(opname, me, p);
@@ -479,14 +529,16 @@ private:
             });
         } else if (name == "broadcast") {
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me] {
-                    auto buf = std::make_shared<std::vector<T>>(s.count);
+                list.emplace_back(algo, [this, s, me, algo] {
+                    auto mem = memory({s.count}, algo);
+                    std::span<T> const buf = (*mem)[0];
                     return bench_case{[=](int it) {
-                                          if (me == 0) fill_periodic<T>(*buf, payload_period<T>(0, 0), it);
-                                          else std::fill(buf->begin(), buf->end(), sentinel<T>());
+                                          if (me == 0) fill_periodic<T>(buf, payload_period<T>(0, 0), it);
+                                          else std::fill(buf.begin(), buf.end(), sentinel<T>());
                                       },
-                                      [this, buf] { chorus::broadcast<Algo>(tp_, *buf, 0); },
-                                      [=](int it) { return wrong_periodic<T>(*buf, payload_period<T>(0, 0), it); }};
+                                      [this, buf] { chorus::broadcast<Algo>(tp_, buf, 0); },
+                                      [=](int it) { return wrong_periodic<T>(buf, payload_period<T>(0, 0), it); },
+                                      [mem] { mem->release(); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
@@ -495,22 +547,24 @@ private:
             add.template operator()<chorus::scatter_allgather>("scatter_allgather");
             if constexpr (chorus::direct_transport<Tp>)
                 if (direct(s.count * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
+            if (registers()) add.template operator()<chorus::automatic>("registered");
         } else if (name == "allgather") {
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me, p] {
-                    auto send = std::make_shared<std::vector<T>>(s.chunk);
-                    auto recv = std::make_shared<std::vector<T>>(s.count);
+                list.emplace_back(algo, [this, s, me, p, algo] {
+                    auto mem = memory({s.chunk, s.count}, algo);
+                    std::span<T> const send = (*mem)[0], recv = (*mem)[1];
                     return bench_case{[=](int it) {
-                                          fill_periodic<T>(*send, payload_period<T>(me, 0), it);
-                                          std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                          fill_periodic<T>(send, payload_period<T>(me, 0), it);
+                                          std::fill(recv.begin(), recv.end(), sentinel<T>());
                                       },
-                                      [this, send, recv] { chorus::allgather<Algo>(tp_, *send, *recv); },
+                                      [this, send, recv] { chorus::allgather<Algo>(tp_, std::span<T const>(send), recv); },
                                       [=](int it) {
                                           std::size_t bad = 0;
                                           for (rank_t src = 0; src < p; ++src)
-                                              bad += wrong_periodic<T>(block_of(*recv, src, s.chunk), payload_period<T>(src, 0), it);
+                                              bad += wrong_periodic<T>(block_of(recv, src, s.chunk), payload_period<T>(src, 0), it);
                                           return bad;
-                                      }};
+                                      },
+                                      [mem] { mem->release(); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
@@ -518,31 +572,34 @@ private:
             add.template operator()<chorus::bruck>("bruck");
             if constexpr (chorus::direct_transport<Tp>)
                 if (direct(s.chunk * sizeof(T))) add.template operator()<chorus::one_shot>("one_shot");
+            if (registers()) add.template operator()<chorus::automatic>("registered");
         } else if (name == "alltoall" || name == "alltoallv") {
             bool const v = name == "alltoallv";
             auto add = [&]<class Algo>(std::string algo) {
-                list.emplace_back(algo, [this, s, me, p, up, v] {
-                    auto send = std::make_shared<std::vector<T>>(s.count);
-                    auto recv = std::make_shared<std::vector<T>>(s.count);
+                list.emplace_back(algo, [this, s, me, p, up, v, algo] {
+                    auto mem = memory({s.count, s.count}, algo);
+                    std::span<T> const send = (*mem)[0], recv = (*mem)[1];
                     auto counts = std::make_shared<std::vector<std::size_t>>(up, s.chunk);
                     return bench_case{[=](int it) {
                                           for (rank_t dst = 0; dst < p; ++dst)
-                                              fill_periodic<T>(block_of(*send, dst, s.chunk), payload_period<T>(me, dst), it);
-                                          std::fill(recv->begin(), recv->end(), sentinel<T>());
+                                              fill_periodic<T>(block_of(send, dst, s.chunk), payload_period<T>(me, dst), it);
+                                          std::fill(recv.begin(), recv.end(), sentinel<T>());
                                       },
                                       [this, send, recv, counts, v] {
-                                          if (v) chorus::alltoallv(tp_, *send, *counts, *recv, *counts);
-                                          else chorus::alltoall<Algo>(tp_, *send, *recv);
+                                          if (v) chorus::alltoallv(tp_, std::span<T const>(send), *counts, recv, *counts);
+                                          else chorus::alltoall<Algo>(tp_, std::span<T const>(send), recv);
                                       },
                                       [=](int it) {
                                           std::size_t bad = 0;
                                           for (rank_t src = 0; src < p; ++src)
-                                              bad += wrong_periodic<T>(block_of(*recv, src, s.chunk), payload_period<T>(src, me), it);
+                                              bad += wrong_periodic<T>(block_of(recv, src, s.chunk), payload_period<T>(src, me), it);
                                           return bad;
-                                      }};
+                                      },
+                                      [mem] { mem->release(); }};
                 });
             };
             add.template operator()<chorus::automatic>("auto");
+            if (registers()) add.template operator()<chorus::automatic>("registered");
             if (!v) {
                 add.template operator()<chorus::pairwise>("pairwise");
                 add.template operator()<chorus::bruck>("bruck");
@@ -561,6 +618,12 @@ private:
                 if (direct(0)) add.template operator()<chorus::one_shot>("one_shot");
         }
         return list;
+    }
+
+    // The `registered` rows: automatic over registered shm_buffers (shm_transport only).
+    static constexpr bool registers() { return std::is_same_v<Tp, chorus::shm_transport>; }
+    std::shared_ptr<case_memory<Tp, T>> memory(std::vector<std::size_t> const& counts, std::string const& algo) {
+        return std::make_shared<case_memory<Tp, T>>(tp_, counts, algo == "registered");
     }
 
     // Whether one_shot takes a block of this many bytes (over a direct_transport).

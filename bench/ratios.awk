@@ -4,12 +4,15 @@
 # algorithm, Open MPI over TCP and over shared memory; then chorus (auto) busbw / peer busbw,
 # which for equal bytes is also peer time / chorus time (above 1: chorus is faster). Rows of
 # chorus over shared memory (algo shm:NAME, chorus_bench --transport shm) get their own
-# columns: chorus_shm (auto), its best algorithm, and the speed-up over Open MPI's shm path.
+# columns: chorus_shm (auto), its best algorithm, and the speed-up over Open MPI's shm path;
+# then chorus_bench's `registered` rows (the automatic choice on a registered shm_buffer, which
+# the peers read where it lies; Open MPI reads ordinary memory) and their speed-up.
 # Last, the machine's ceilings from the same run, and chorus's best busbw as a share of them.
 # A row that appears several times (compare.sh's rounds) counts with its fastest time, for every
 # library alike.
 function lib(file, algo) {
     if (file == 1) return algo == "mpi_tcp" || algo == "mpi_shm" ? algo : "gloo"
+    if (algo == "shm:registered") return "chorus_shm_reg"
     if (algo ~ /^shm:/) return algo == "shm:auto" ? "chorus_shm" : "chorus_shm_best"
     return algo == "auto" ? "chorus" : "chorus_best"
 }
@@ -46,16 +49,17 @@ function ratio(key, l, c) {
 }
 END {
     printf "# time_us per library (best algorithm for Gloo and chorus_best), then chorus(auto) speed-up = peer time / chorus time = chorus busbw / peer busbw\n"
-    printf "%-15s %5s %10s %10s %10s %-19s %10s %-17s %10s %10s %8s %8s %8s %8s %10s %10s %-23s %8s\n", "op", "ranks", "bytes", "chorus", "best", "(algo)", \
-        "gloo", "(algo)", "mpi_tcp", "mpi_shm", "chorus_GBps", "x_gloo", "x_mpitcp", "x_mpishm", "chorus_shm", "shm_best", "(algo)", "shm_x_mpishm"
+    printf "%-15s %5s %10s %10s %10s %-19s %10s %-17s %10s %10s %8s %8s %8s %8s %10s %10s %-23s %8s %10s %8s\n", "op", "ranks", "bytes", "chorus", "best", "(algo)", \
+        "gloo", "(algo)", "mpi_tcp", "mpi_shm", "chorus_GBps", "x_gloo", "x_mpitcp", "x_mpishm", "chorus_shm", "shm_best", "(algo)", "shm_x_mpishm", \
+        "shm_reg", "reg_x_mpishm"
     for (i = 1; i <= n; i++) {
         k = order[i]
         split(k, f, SUBSEP)
-        printf "%-15s %5s %10s %s %s %-19s %s %-17s %s %s %8s %s %s %s %s %s %-23s %s%s\n", f[1], f[2], f[3], cell(k, "chorus"), cell(k, "chorus_best"), \
+        printf "%-15s %5s %10s %s %s %-19s %s %-17s %s %s %8s %s %s %s %s %s %-23s %s %s %s%s\n", f[1], f[2], f[3], cell(k, "chorus"), cell(k, "chorus_best"), \
             "(" algo[k, "chorus_best"] ")", cell(k, "gloo"), "(" algo[k, "gloo"] ")", cell(k, "mpi_tcp"), cell(k, "mpi_shm"), \
             ((k, "chorus") in bw) ? sprintf("%8.3f", bw[k, "chorus"]) : "-", ratio(k, "gloo"), ratio(k, "mpi_tcp"), ratio(k, "mpi_shm"), \
             cell(k, "chorus_shm"), cell(k, "chorus_shm_best"), "(" algo[k, "chorus_shm_best"] ")", ratio(k, "mpi_shm", "chorus_shm"), \
-            (k in wrong) ? "  WRONG:" wrong[k] : ""
+            cell(k, "chorus_shm_reg"), ratio(k, "mpi_shm", "chorus_shm_reg"), (k in wrong) ? "  WRONG:" wrong[k] : ""
     }
     printf "# ceilings (same run): loopback TCP stream %s GB/s (tcp_bench best), iperf3 %s GB/s, 8 B ping-pong half RTT %s us, memcpy %s GB/s, reduce %s GB/s of buffer\n", \
         tcp, iperf, pingpong, memcpy, reduce

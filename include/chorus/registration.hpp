@@ -2,7 +2,7 @@
 // SPDX-FileCopyrightText: chorus developers
 #pragma once
 
-// Registered buffers (registering_transport: CUDA IPC): a buffer that every peer keeps open
+// Registered buffers (registering_transport: CUDA IPC; shm_transport, for shm_buffer memory): a buffer that every peer keeps open
 // across collectives, as NCCL's ncclCommRegister and PyTorch's symmetric memory do. Without a
 // registration, each collective that reads buffers where they lie (two_shot, zero_copy) looks
 // up and exports each rank's allocation and each peer opens it, then closes it before the call

@@ -14,6 +14,8 @@
 #include <chorus/transport/tcp/gate.hpp>
 #include <chorus/transport/tcp/net.hpp>
 
+#include "../support/registered_check.hpp"
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -1502,6 +1504,144 @@ struct shm_disagreeing_factory {
     }
 };
 } // namespace
+
+TEST_CASE("shm: collectives on registered shm_buffers read the peers' buffers where they lie and agree with the oracle") {
+    static_assert(chorus::registering_transport<chorus::shm_transport>);
+    for (rank_t p : {1, 2, 3, 4, 5, 7}) {
+        CAPTURE(p);
+        auto const up = static_cast<std::size_t>(p);
+        shm_runner::run(p, [&](chorus::shm_transport& tp) {
+            CHECK_FALSE(tp.exposes());
+            // 0, 1, p - 1, p + 1 elements: below the 16 KiB slot (one_shot); 5003: above it.
+            for (std::size_t n : {std::size_t{0}, std::size_t{1}, up - 1, up + 1, std::size_t{5003}}) {
+                registered_check::run<double>(tp, n);
+                registered_check::run<std::int32_t>(tp, n);
+            }
+        }, 60s);
+    }
+}
+
+TEST_CASE("shm: memory outside a registered shm_buffer is never read where it lies: the collectives send messages, on every rank alike") {
+    shm_runner::run(3, [&](chorus::shm_transport& tp) {
+        auto const me = static_cast<std::size_t>(tp.rank());
+        std::size_t const n = 6000;  // 48 KB of doubles: above the slot
+        auto const check_sum = [&](std::span<double const> v, double k) {
+            for (std::size_t i = 0; i < v.size(); ++i) REQUIRE(v[i] == 3.0 + 3.0 * (k + static_cast<double>(i % 5)));
+        };
+        auto const fill = [&](std::span<double> v, double k) {
+            for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(me) + k + static_cast<double>(i % 5);
+        };
+        std::vector<double> plain(n);
+        fill(plain, 0);
+        chorus::allreduce(tp, plain);  // nothing registered: no exposed round at all
+        check_sum(plain, 0);
+        CHECK(tp.exposed_rounds() == 0);
+        // Ordinary memory cannot be registered; one rank's alone fails the registration everywhere.
+        auto const refused = chorus::register_buffer(tp, plain);
+        CHECK_FALSE(refused.kept());
+        chorus::shm_buffer memory(2 * n * sizeof(double));
+        std::span<double> const first = memory.as<double>().first(n), second = memory.as<double>().last(n);
+        auto const lonely = chorus::register_buffer(tp, me == 1 ? std::span<double>(plain) : first);
+        CHECK_FALSE(lonely.kept());
+        CHECK_FALSE(tp.exposes());
+        chorus::deregister_buffer(tp, refused);
+        chorus::deregister_buffer(tp, lonely);
+        auto const reg = chorus::register_buffer(tp, first);
+        REQUIRE(reg.kept());
+        CHECK(tp.exposes());
+        // Outside the registration (plain memory; the shm_buffer's unregistered half; one rank's
+        // buffer registered and the others' not): every rank falls back, the results stay right.
+        std::uint64_t const before = tp.exposed_rounds();
+        fill(plain, 1);
+        chorus::allreduce(tp, plain);
+        check_sum(plain, 1);
+        fill(second, 2);
+        chorus::allreduce<chorus::two_shot>(tp, second);
+        check_sum(second, 2);
+        std::span<double> const mixed = me == 0 ? first : second;
+        fill(mixed, 3);
+        chorus::allreduce(tp, mixed);
+        check_sum(mixed, 3);
+        std::vector<double> gathered(3 * n);
+        chorus::allgather<chorus::zero_copy>(tp, std::span<double const>(plain), gathered);
+        for (std::size_t x = 0; x < gathered.size(); ++x) REQUIRE(gathered[x] == plain[x % n]);
+        CHECK(tp.exposed_rounds() == before);
+        fill(first, 4);
+        chorus::allreduce(tp, first);  // inside it: read where it lies
+        check_sum(first, 4);
+        CHECK(tp.exposed_rounds() == before + 2);
+        chorus::deregister_buffer(tp, reg);
+        CHECK_FALSE(tp.exposes());
+        fill(first, 5);
+        chorus::allreduce(tp, first);
+        check_sum(first, 5);
+        CHECK(tp.exposed_rounds() == before + 2);
+    }, 30s);
+}
+
+TEST_CASE("shm: ranks that read a registered buffer where it lies while a peer publishes a copy of it fail alike, before any read") {
+    // Rank 0 runs one_shot, the others zero_copy, on the same registered 8-element block: the
+    // same collective, shape and round, but a record of the buffer is no copy of it.
+    auto const errors = shm_errors_of([](chorus::shm_transport& tp) {
+        chorus::shm_buffer memory(4 * 8 * sizeof(int));
+        std::span<int> const all = memory.as<int>();
+        auto const reg = chorus::register_buffer(tp, all);
+        REQUIRE(reg.kept());
+        std::span<int const> const block = all.first(8);
+        std::span<int> const gathered = all.subspan(8, 24);
+        if (tp.rank() == 0) chorus::allgather<chorus::one_shot>(tp, block, gathered);
+        else chorus::allgather<chorus::zero_copy>(tp, block, gathered);
+    });
+    for (auto const& e : errors) CHECK_MESSAGE(e.find("the ranks run different algorithms of it") != std::string::npos, e);
+}
+
+TEST_CASE("shm: an exposed round shows each peer's registered buffer, or its part for this rank, where it lies") {
+    shm_runner::run(3, [&](chorus::shm_transport& tp) {
+        auto const me = tp.rank();
+        std::size_t const bytes = 100000 + 1000 * static_cast<std::size_t>(me);  // each above the 16 KiB slot, each its own size
+        chorus::shm_buffer memory(bytes);
+        auto const mine = memory.bytes();
+        for (std::size_t i = 0; i < bytes; ++i) mine[i] = static_cast<std::byte>((i * 7 + static_cast<std::size_t>(me)) & 0xff);
+        auto const reg = chorus::register_buffer(tp, mine);
+        REQUIRE(reg.kept());
+        chorus::tag_t const tag = chorus::collective_tag_bit | 77;
+        REQUIRE(tp.expose(mine, 5, tag));
+        for (rank_t r = 0; r < 3; ++r) {
+            auto const theirs = tp.block(r);
+            std::size_t const size = 100000 + 1000 * static_cast<std::size_t>(r);
+            REQUIRE(theirs.size() == size);
+            CHECK(tp.agreed(r) == 5);
+            CHECK((r == me) == (theirs.data() == mine.data()));
+            for (std::size_t i = 0; i < size; ++i) REQUIRE(theirs[i] == static_cast<std::byte>((i * 7 + static_cast<std::size_t>(r)) & 0xff));
+        }
+        tp.exchange({}, 6, tag);  // the closing round: the views end
+        CHECK(tp.block(me).empty());
+        // In parts: rank r reads the r-th third's first r + 1 bytes of this rank's buffer (inside the registration).
+        std::array<std::span<std::byte const>, 3> parts;
+        for (std::size_t r = 0; r < 3; ++r) parts[r] = std::span<std::byte const>(mine).subspan(r * (bytes / 3), r + 1);
+        REQUIRE(tp.expose(mine, parts, 7, tag));
+        for (rank_t r = 0; r < 3; ++r) {
+            auto const part = tp.block(r);
+            REQUIRE(part.size() == static_cast<std::size_t>(me) + 1);
+            std::size_t const from = static_cast<std::size_t>(me) * ((100000 + 1000 * static_cast<std::size_t>(r)) / 3);
+            for (std::size_t i = 0; i < part.size(); ++i)
+                CHECK(part[i] == static_cast<std::byte>(((from + i) * 7 + static_cast<std::size_t>(r)) & 0xff));
+        }
+        tp.exchange({}, 8, tag);
+        // A range past the registration's end (in the allocation's last page) is not exposed, on
+        // any rank, though the others' are inside theirs.
+        CHECK_FALSE(tp.expose(me == 2 ? std::span<std::byte const>(mine.data(), bytes + 100) : std::span<std::byte const>(mine).first(10), 9, tag));
+        tp.exchange({}, 10, tag);
+        // A buffer no peer reads (every peer's part empty) needs no registration: ordinary memory.
+        std::vector<std::byte> own(64);
+        std::array<std::span<std::byte const>, 3> only_mine{};
+        only_mine[static_cast<std::size_t>(me)] = std::span<std::byte const>(own).first(8);
+        CHECK(tp.expose(own, only_mine, 11, tag));
+        for (rank_t r = 0; r < 3; ++r) CHECK(tp.block(r).size() == (r == me ? 8u : 0u));
+        tp.exchange({}, 12, tag);
+        chorus::deregister_buffer(tp, reg);
+    }, 30s);
+}
 
 TEST_CASE("shm: ranks that map segments of different ring or slot sizes fail to join, every one naming the setting") {
     // Rank 0 compares every rank's hello with its own and hands its verdict to all: the same words everywhere.

@@ -3,7 +3,7 @@
 #pragma once
 
 // Two-shot allreduce over an exposing_transport (ranks that read each other's buffers where
-// they lie: CUDA IPC). The vector is cut into p slices, slice r of about n / p elements.
+// they lie: CUDA IPC; shm_transport, in registered shm_buffers). The vector is cut into p slices, slice r of about n / p elements.
 // Schedule: three rounds, no message.
 //   1. Every rank exposes its vector; each folds slice `me` of all p, in rank order, into its
 //      own (the reduce-scatter half).
@@ -21,9 +21,10 @@
 // copy a chunk twice (into the receiver's FIFO, then into place) behind a host round trip,
 // and one_shot reads p n. Every rank folds the same operands in the same order: results agree
 // bit for bit, non-commutative ops are served.
-// Where a rank's vector cannot be exposed (memory its device cannot export), every rank
-// learns it in round 1 and the ring allreduce runs instead (Rabenseifner's for an op that
-// does not commute).
+// Where a rank's vector cannot be exposed (memory its device cannot export; over shm_transport,
+// memory outside a registered shm_buffer), every rank learns it in round 1 and the messages
+// run instead, those the automatic choice takes (recursive doubling, Rabenseifner's, the ring;
+// never the ring for an op that does not commute).
 
 #include <cstddef>
 #include <span>
@@ -31,8 +32,10 @@
 #include <chorus/algorithm/detail/collective.hpp>
 #include <chorus/algorithm/detail/direct.hpp>
 #include <chorus/algorithm/rabenseifner_allreduce.hpp>
+#include <chorus/algorithm/recursive_doubling_allreduce.hpp>
 #include <chorus/algorithm/ring_allreduce.hpp>
 #include <chorus/detail/schedule.hpp>
+#include <chorus/detail/select.hpp>
 #include <chorus/reduce/concepts.hpp>
 #include <chorus/transport/concepts.hpp>
 
@@ -44,8 +47,12 @@ void two_shot_allreduce(Transport& tp, std::span<T> data, Op op) {
     using space = typename Transport::memory_space;
     detail::direct_rounds round(tp, detail::collective_kind::allreduce, data.size_bytes());
     if (!round.expose(detail::bytes_of(data))) {  // nobody reads an empty block: no closing round
-        if constexpr (is_commutative_v<Op, T>) return ring_allreduce(tp, data, op);
-        else return rabenseifner_allreduce(tp, data, op);  // keeps rank order
+        // The messages the automatic choice sends (never the ring for an op that does not commute).
+        auto const other = detail::choose_allreduce(tp.size(), data.size_bytes(), is_commutative_v<Op, T>).algorithm;
+        if (other == recursive_doubling::name) return recursive_doubling_allreduce(tp, data, op);
+        if constexpr (is_commutative_v<Op, T>)
+            if (other == ring::name) return ring_allreduce(tp, data, op);
+        return rabenseifner_allreduce(tp, data, op);
     }
     auto const p = static_cast<std::size_t>(tp.size()), me = static_cast<std::size_t>(tp.rank()), n = data.size();
     auto const first = [&](std::size_t r) { return r * n / p; };

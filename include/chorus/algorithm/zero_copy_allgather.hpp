@@ -3,7 +3,7 @@
 #pragma once
 
 // Zero-copy allgather over an exposing_transport (ranks that read each other's buffers where
-// they lie: CUDA IPC).
+// they lie: CUDA IPC; shm_transport, in registered shm_buffers).
 // Schedule: two rounds, no message.
 //   1. Every rank exposes its block; each copies the p - 1 others' from where they lie into
 //      place (its own from `send`).

@@ -3,7 +3,7 @@
 #pragma once
 
 // Zero-copy alltoall over an exposing_transport (ranks that read each other's buffers where
-// they lie: CUDA IPC).
+// they lie: CUDA IPC; shm_transport, in registered shm_buffers).
 // Schedule: two rounds, no message.
 //   1. Every rank exposes its `send` (p blocks of n elements); each copies block `me` of every
 //      peer's from where it lies into place (its own from `send`).

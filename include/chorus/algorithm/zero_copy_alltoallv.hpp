@@ -3,7 +3,7 @@
 #pragma once
 
 // Zero-copy variable-size alltoall over an exposing_transport (ranks that read each other's
-// buffers where they lie: CUDA IPC): MoE token dispatch and combine without staging copies.
+// buffers where they lie: CUDA IPC; shm_transport, in registered shm_buffers): MoE token dispatch and combine without staging copies.
 // Schedule: two rounds, no message.
 //   1. Every rank exposes its `send` in parts: part j, its block for rank j, goes to rank j with
 //      its place and size (the transport carries them host-side, as it carries every round's
@@ -87,7 +87,7 @@ void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::s
 template <class T, class Transport>
 choice choose_alltoallv(Transport& tp, std::size_t send_bytes) {
     if constexpr (exposing_transport<Transport>) {
-        if (direct_aligned<T>() && tp.size() > 1) {
+        if (direct_aligned<T>() && tp.size() > 1 && exposes_now(tp)) {
             tp.exchange({}, send_bytes, begin_collective(tp, collective_kind::alltoallv));
             std::uint64_t largest = 0;
             for (rank_t r = 0; r < tp.size(); ++r) largest = std::max(largest, tp.agreed(r));

@@ -3,7 +3,7 @@
 #pragma once
 
 // Zero-copy broadcast over an exposing_transport (ranks that read each other's buffers where
-// they lie: CUDA IPC).
+// they lie: CUDA IPC; shm_transport, in registered shm_buffers).
 // Schedule: two rounds, no message.
 //   1. The root exposes its vector (the others an empty block); every other rank copies it
 //      into its own, all of them at once.

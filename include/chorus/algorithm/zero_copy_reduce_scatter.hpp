@@ -3,7 +3,7 @@
 #pragma once
 
 // Zero-copy reduce_scatter over an exposing_transport (ranks that read each other's buffers
-// where they lie: CUDA IPC).
+// where they lie: CUDA IPC; shm_transport, in registered shm_buffers).
 // Schedule: two rounds, no message.
 //   1. Every rank exposes its `send` (p blocks of n elements); each folds block `me` of all p,
 //      in rank order, into its `recv` (on a device that folds many operands at once, one

@@ -52,7 +52,8 @@ template <class Algo, class Transport>
 constexpr void unserved_algorithm() {
     static_assert(always_false<Algo>,
                   "chorus: this algorithm does not run over this transport (one_shot needs a direct_transport: "
-                  "shm_transport, cuda_ipc_transport; two_shot and zero_copy an exposing_transport: cuda_ipc_transport; "
+                  "shm_transport, cuda_ipc_transport; two_shot and zero_copy an exposing_transport: "
+                  "cuda_ipc_transport, shm_transport; "
                   "see docs/concepts.md#direct_transport)");
 }
 

@@ -243,6 +243,15 @@ inline choice choose_alltoall(rank_t p, std::size_t block_bytes) {
 // each byte read once from where it lies, where the message schedules copy every chunk twice
 // (into the receiver's FIFO, then into place) behind a host round trip. `block_bytes` must be
 // the same on every rank: the ranks must choose alike.
+// A transport that exposes only registered memory (shm_transport: shm_buffer) says whether it
+// holds any registration (the same on every rank); without one, an exposed round would only
+// ever fall back, so the choices skip it.
+template <class Transport>
+bool exposes_now(Transport const& tp) noexcept {
+    if constexpr (requires { tp.exposes(); }) return tp.exposes();
+    else return true;
+}
+
 template <class T, class Exposed = void, class Transport>
 choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_bytes, choice otherwise) {
     if constexpr (direct_transport<Transport>) {
@@ -251,7 +260,7 @@ choice prefer_direct(Transport& tp, std::size_t block_bytes, std::size_t unit_by
             return {one_shot::name, "ranks read each other's memory: one round"};
     }
     if constexpr (!std::is_void_v<Exposed> && exposing_transport<Transport>) {
-        if (direct_aligned<T>() && tp.size() > 1 && block_bytes > 0)
+        if (direct_aligned<T>() && tp.size() > 1 && block_bytes > 0 && exposes_now(tp))
             return {Exposed::name, "ranks read each other's buffers where they lie"};
     }
     return otherwise;

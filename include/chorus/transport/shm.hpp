@@ -37,6 +37,7 @@
 #include <chorus/memory.hpp>
 #include <chorus/transport/concepts.hpp>
 #include <chorus/transport/shm/engine.hpp>
+#include <chorus/transport/shm/exposure.hpp>
 #include <chorus/transport/tcp.hpp>
 
 namespace chorus {
@@ -84,6 +85,7 @@ public:
             leave();
             local_rank_ = other.local_rank_;
             sequence_ = other.sequence_;
+            exposures_ = std::move(other.exposures_);
             engine_ = std::move(other.engine_);
             unwinding_ = std::uncaught_exceptions();
         }
@@ -133,12 +135,36 @@ public:
     // direct_transport (transport/concepts.hpp): the blocks of one_shot collectives.
     std::size_t direct_bytes() const noexcept { return engine_->direct_bytes(); }
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        exposures_.end_round();
         engine_->exchange(pieces, agreed, tag);
     }
     // rooted_transport: a round that waits for one rank's block (a broadcast's root's).
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
+        exposures_.end_round();
         engine_->exchange(pieces, agreed, tag, from);
     }
+
+    // exposing_transport and registering_transport: the peers read a buffer where it lies
+    // when it is inside a registered shm_buffer on every rank (shm/exposure.hpp); any other
+    // buffer's round returns false on every rank, and the collective sends messages.
+    bool expose(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag) {
+        return exposures_.expose(*engine_, buffer, {}, agreed, tag);
+    }
+    bool expose(std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts, std::uint64_t agreed, tag_t tag) {
+        return exposures_.expose(*engine_, buffer, parts, agreed, tag);
+    }
+    std::uint64_t keep(std::span<std::byte const> buffer, std::uint64_t agreed, tag_t tag) {
+        return exposures_.keep(*engine_, buffer, agreed, tag);
+    }
+    void release(std::uint64_t registration, std::uint64_t agreed, tag_t tag) { exposures_.release(*engine_, registration, agreed, tag); }
+    /// Whether some buffer is registered (the same on every rank): the automatic choices try
+    /// the exposed schedules (zero_copy, two_shot) only then, so that a program that
+    /// registers nothing pays no round for them.
+    bool exposes() const noexcept { return exposures_.exposes(); }
+    /// Rounds so far in which the peers read every rank's buffer where it lies (a program can
+    /// tell its registrations serve its collectives: zero_copy and two_shot take one or two
+    /// such rounds each).
+    std::uint64_t exposed_rounds() const noexcept { return exposures_.exposed_rounds(); }
     bool await_round() { return engine_->await_round(); }
 
     /// Whether `peer` reads this rank's large messages from its memory (process_vm_readv,
@@ -149,7 +175,9 @@ public:
     /// Whether the ranks of this host outnumber the CPUs they may run on together (the union
     /// of their affinity masks): then a wait yields its core at once instead of polling.
     bool oversubscribed() const noexcept { return engine_->oversubscribed(); }
-    std::span<std::byte const> block(rank_t r) const noexcept { return engine_->block(r); }
+    std::span<std::byte const> block(rank_t r) const noexcept {
+        return exposures_.active() ? exposures_.block(r) : engine_->block(r);
+    }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
     void abort(char const* reason) noexcept {
         try {
@@ -172,11 +200,13 @@ private:
             } catch (...) {
             }
         }
+        exposures_ = {};
         engine_.reset();
     }
 
     rank_t local_rank_ = 0;
     std::uint64_t sequence_ = 0;
+    detail::shm_exposures exposures_;
     std::unique_ptr<detail::shm_engine> engine_;
     int unwinding_ = std::uncaught_exceptions();
 };

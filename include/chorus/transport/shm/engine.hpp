@@ -180,6 +180,17 @@ public:
     /// the ranks not waited for (await_round): a rank writes over its slot of round k only once
     /// every peer published round k + 1, so done reading round k.
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
+        publish_round(pieces, agreed, tag, from, false);
+    }
+
+    /// A round of every rank whose block is a record of a buffer read where it lies
+    /// (shm/exposure.hpp): a peer that publishes a copy in the same round instead fails both.
+    void exchange_in_place(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
+        publish_round(pieces, agreed, tag, -1, true);
+    }
+
+private:
+    void publish_round(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from, bool in_place) {
         throw_if_failed();
         if (from >= size()) throw invalid_argument("shm_transport: a direct round from rank " + std::to_string(from) + " of " +
                                                    std::to_string(size()));
@@ -193,7 +204,7 @@ public:
         std::uint64_t const round = ++round_;
         direct_slot* own = layout_.slot(own_map_.base(), round);
         own->agreed = agreed;
-        own->bytes = bytes;
+        own->bytes = bytes | (in_place ? in_place_round : 0);
         own->tag = tag;
         std::byte* to = reinterpret_cast<std::byte*>(own) + direct_block_offset;
         for (auto const& piece : pieces) {
@@ -204,9 +215,12 @@ public:
         for (auto& q : peers_)
             if (&q != &peer_of(me_)) ring_doorbell(*q.header);
         round_tag_ = tag;
+        round_in_place_ = in_place;
         if (from < 0) await_round();
         else if (from != me_) await_block(from);
     }
+
+public:
 
     /// Waits until every rank published its block of this rank's latest round (after a round
     /// that waited for one rank only), as exchange() waits; then block(r) and agreed(r) show
@@ -219,7 +233,7 @@ public:
     }
     std::span<std::byte const> block(rank_t r) const noexcept {
         direct_slot const* s = published(r);
-        return {reinterpret_cast<std::byte const*>(s) + direct_block_offset, static_cast<std::size_t>(s->bytes)};
+        return {reinterpret_cast<std::byte const*>(s) + direct_block_offset, static_cast<std::size_t>(s->bytes & ~in_place_round)};
     }
     std::uint64_t agreed(rank_t r) const noexcept { return published(r)->agreed; }
 
@@ -227,6 +241,8 @@ public:
     /// remote_bytes and more then go remote where goes_remote() says.
     bool reads_remote(rank_t peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].remote_ok; }
     bool oversubscribed() const noexcept { return oversubscribed_; }
+    /// Rank r's process id (its memory files are opened through /proc/<pid>/fd).
+    long pid_of(rank_t r) const noexcept { return r == me_ ? static_cast<long>(::getpid()) : peers_[static_cast<std::size_t>(r)].pid; }
 
     op_ptr isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         check_member(peer);
@@ -876,6 +892,14 @@ private:
             abort(me_, what);
             throw transport_error(errc::tag_mismatch, r, what);
         }
+        if (((theirs->bytes & in_place_round) != 0) != round_in_place_) {
+            std::string const what = "rank " + std::to_string(me_) + (round_in_place_ ? " reads buffers where they lie in " : " reads copies in ") +
+                                     describe_tag(round_tag_) + " but rank " + std::to_string(r) +
+                                     (round_in_place_ ? " published a copy" : " exposed its buffer") +
+                                     ": the ranks run different algorithms of it (CHORUS_ALGO must agree)";
+            abort(me_, what);
+            throw transport_error(errc::tag_mismatch, r, what);
+        }
     }
 
     // exchange(): waits until `slot` holds `round`, as a receive from `peer` would wait.
@@ -1130,6 +1154,7 @@ private:
     std::uint64_t last_id_ = 0;
     std::uint64_t round_ = 0;    // of direct exchanges
     std::uint64_t settled_ = 0;  // the last round every rank is known to have published
+    bool round_in_place_ = false;  // this rank's latest round is an exposure's
     tag_t round_tag_ = 0;        // the collective of round_
     bool oversubscribed_ = true;  // this host's ranks outnumber the CPUs they may run on together: yield when idle
     std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()

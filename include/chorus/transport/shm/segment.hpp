@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ctime>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -103,9 +104,13 @@ static_assert(record_header_bytes == 40);
 struct direct_slot {
     std::atomic<std::uint64_t> round{0};
     std::uint64_t agreed = 0;  // a word every rank of the round publishes alike (the collective's shape)
-    std::uint64_t bytes = 0;   // of the block
+    std::uint64_t bytes = 0;   // of the block, with in_place_round where it is a record of a buffer read where it lies
     std::uint64_t tag = 0;     // of the collective: a peer that waits for a message of it was called otherwise
 };
+/// The flag in direct_slot::bytes of an exposure round (shm/exposure.hpp): a rank whose peer
+/// publishes a copy in the same round of the same collective (ranks that run one_shot and
+/// zero_copy of one call) must not read the one as the other.
+inline constexpr std::uint64_t in_place_round = std::uint64_t{1} << 63;
 /// Where a slot's block starts: 32 bytes into the slot's first cache line, so that a block of
 /// up to 32 bytes travels in the line that announces it, aligned for any type up to 32 bytes.
 inline constexpr std::size_t direct_block_offset = 32;
@@ -163,6 +168,17 @@ public:
     }
     ~mapping() { reset(); }
     std::byte* base() const noexcept { return base_; }
+
+    /// A read-only mapping of another process's memory file with its page tables filled
+    /// (MAP_POPULATE: no fault per page on the reads that follow); none where mmap fails.
+    static std::optional<mapping> read_only(int fd, std::size_t bytes) noexcept {
+        void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (p == MAP_FAILED) return std::nullopt;
+        mapping m;
+        m.base_ = static_cast<std::byte*>(p);
+        m.bytes_ = bytes;
+        return m;
+    }
 
 private:
     void reset() noexcept {
