@@ -40,6 +40,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -266,7 +267,7 @@ public:
                 e.abort(e.rank(), what);
                 throw invalid_argument(what);
             }
-            views_[r] = {k->memory.base() + x.offset, static_cast<std::size_t>(x.bytes)};
+            views_[r] = {k->memory->base() + x.offset, static_cast<std::size_t>(x.bytes)};
         }
         active_ = true;
         ++exposed_;
@@ -307,9 +308,10 @@ public:
         for (std::size_t r = 0; r < p && mapped; ++r) {
             record const theirs = record_of(e, r);
             if (r == me || theirs.registration == unread_buffer) continue;
-            auto m = map_peer(e.pid_of(static_cast<rank_t>(r)), theirs);
-            if (!m) mapped = false;
-            else opened.push_back({id, static_cast<rank_t>(r), std::move(*m), theirs.allocation_bytes});
+            auto const owner = static_cast<rank_t>(r);
+            if (auto m = map_peer(owner, e.pid_of(owner), theirs))
+                opened.push_back({id, owner, std::move(m), theirs.allocation_bytes, theirs.inode, theirs.device});
+            else mapped = false;
         }
         std::byte const ok = mapped ? std::byte{1} : std::byte{0};
         piece = std::span<std::byte const>(&ok, 1);
@@ -359,8 +361,9 @@ private:
     struct peer_registration {
         std::uint64_t id;
         rank_t owner;
-        shm::mapping memory;  // the owner's whole allocation, read only
+        std::shared_ptr<shm::mapping const> memory;  // the owner's whole allocation, read only
         std::uint64_t bytes;  // mapped
+        std::uint64_t inode, device;  // registrations of one allocation share its mapping
     };
 
     // A round that falls back: every rank's block of it is empty (exposing_transport).
@@ -421,15 +424,23 @@ private:
 
     // The peer's memory file, opened through /proc and checked to be the one it named (its
     // descriptor number could name another file by the time this rank looks), mapped whole.
-    static std::optional<shm::mapping> map_peer(long pid, record const& theirs) noexcept {
-        shm::unique_fd fd(shm::open_peer_segment(pid, static_cast<int>(theirs.fd)));
-        if (fd.get() < 0) return std::nullopt;
+    // A registration of an allocation this rank maps already (another range of the same
+    // shm_buffer) shares that mapping.
+    // (While this rank maps a file, no new file can take its inode.)
+    std::shared_ptr<shm::mapping const> map_peer(rank_t owner, long pid, record const& theirs) const {
+        for (auto const& k : peers_)
+            if (k.owner == owner && k.inode == theirs.inode && k.device == theirs.device && k.bytes == theirs.allocation_bytes)
+                return k.memory;
+        shm::unique_fd fd(shm::open_peer_segment(pid, static_cast<int>(theirs.fd), O_RDONLY));
+        if (fd.get() < 0) return nullptr;
         struct stat st {};
         if (::fstat(fd.get(), &st) != 0 || static_cast<std::uint64_t>(st.st_dev) != theirs.device ||
             static_cast<std::uint64_t>(st.st_ino) != theirs.inode ||
             static_cast<std::uint64_t>(st.st_size) < theirs.allocation_bytes)
-            return std::nullopt;
-        return shm::mapping::read_only(fd.get(), static_cast<std::size_t>(theirs.allocation_bytes));
+            return nullptr;
+        auto m = shm::mapping::read_only(fd.get(), static_cast<std::size_t>(theirs.allocation_bytes));
+        if (!m) return nullptr;
+        return std::make_shared<shm::mapping const>(std::move(*m));
     }
 
     std::vector<own_registration> own_;

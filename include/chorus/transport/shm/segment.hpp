@@ -222,9 +222,9 @@ inline unique_fd create_segment(std::size_t bytes, std::string const& name) {
 }
 
 /// Opens another process's segment by its descriptor; -1 with errno on failure.
-inline int open_peer_segment(long pid, int fd) noexcept {
+inline int open_peer_segment(long pid, int fd, int mode = O_RDWR) noexcept {
     std::string const path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
-    return ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    return ::open(path.c_str(), mode | O_CLOEXEC);
 }
 
 /// A descriptor that becomes readable when process `pid` exits (pidfd_open, Linux 5.3); -1
