@@ -180,8 +180,12 @@ private:
 // 32 MiB block 4.8-5.6 -> 3.4 ms; over shm, 2-rank allgather and alltoall of 64 and 128 MiB
 // 6-15% faster, 4-rank allgather of 64 MiB 10-12%. Below that, streaming loses where the
 // destination is still cached (a buffer its owner has just written): 2-rank allgather of
-// 4-16 MiB (blocks of 2-8 MiB) up to 1.5x slower. Hence a threshold of 16 MiB per copy
-// (CHORUS_NT_COPY_BYTES; 0: never), read once per process. tcp_transport's from_env (and so
+// 4-16 MiB (blocks of 2-8 MiB) up to 1.5x slower, and so did copies of 16 MiB into a buffer of
+// 32 (2-rank allgather of 32 MiB 3.35-3.37 against 2.53-2.66 ms) or 16 (4-rank broadcast of
+// 16 MiB from registered memory 5.2-6.1 against 3.9), while 16 MiB blocks of a 64 MiB 4-rank
+// allgather gained (17.3 -> 13.3). What decides is the buffer written, not the copy: the
+// collectives pass it (host_memory::copy_part), and copies into buffers of 64 MiB and more
+// stream (CHORUS_NT_COPY_BYTES; 0: never), read once per process. tcp_transport's from_env (and so
 // shm's and node's) checks the variable, failing there with a clear error; a program that builds
 // its transports from configs gets a line on stderr and the default instead of an exception in
 // the middle of a collective, which only the ranks that copy would throw.
@@ -276,8 +280,16 @@ struct host_memory {
     /// (detail::copy_bytes).
     template <class T>
     static void copy(std::span<T> dst, std::span<T const> src) noexcept {
+        copy_part(dst, src, dst.size_bytes());
+    }
+    /// The same into part of a buffer of `whole` bytes (a collective's output, filled block by
+    /// block): it bypasses the cache when the whole buffer is that large, whatever the part's
+    /// size — whether a block's destination is still cached depends on the buffer it is part
+    /// of, not on the block.
+    template <class T>
+    static void copy_part(std::span<T> dst, std::span<T const> src, std::size_t whole) noexcept {
         static_assert(std::is_trivially_copyable_v<T>);
-        detail::copy_bytes(dst.data(), src.data(), src.size_bytes(), detail::nt_copy_bytes());
+        detail::copy_bytes(dst.data(), src.data(), src.size_bytes(), whole >= detail::nt_copy_bytes() ? 0 : ~std::size_t{0});
     }
 
     /// acc[i] = op(acc[i], in[i]), or op(in[i], acc[i]) when `in_first` (order matters for

@@ -155,10 +155,10 @@ TEST_CASE("host memory: streaming copies equal memcpy at every alignment and len
     chorus::detail::copy_bytes(nullptr, nullptr, 0, 1);
 }
 
-TEST_CASE("CHORUS_NT_COPY_BYTES: 16 MiB by default, 0 never streams, a bad value names its reader") {
+TEST_CASE("CHORUS_NT_COPY_BYTES: 64 MiB by default, 0 never streams, a bad value names its reader") {
     chorus::detail::env_reader const env("reader");
     ::unsetenv("CHORUS_NT_COPY_BYTES");
-    CHECK(chorus::detail::nt_copy_bytes_from(env) == std::size_t{16} << 20);
+    CHECK(chorus::detail::nt_copy_bytes_from(env) == std::size_t{64} << 20);
     ::setenv("CHORUS_NT_COPY_BYTES", "4096", 1);
     CHECK(chorus::detail::nt_copy_bytes_from(env) == 4096);
     ::setenv("CHORUS_NT_COPY_BYTES", "0", 1);

@@ -26,7 +26,8 @@ void pairwise_alltoall(Transport& tp, std::span<T const> send, std::span<T> recv
     tag_t const tag = detail::begin_collective(tp, detail::collective_kind::alltoall);
     std::size_t const n = send.size() / static_cast<std::size_t>(p);
     detail::pairwise_exchange(
-        tp, tag, [&](rank_t r) { return detail::slot(send, r, n); }, [&](rank_t r) { return detail::slot(recv, r, n); });
+        tp, tag, [&](rank_t r) { return detail::slot(send, r, n); }, [&](rank_t r) { return detail::slot(recv, r, n); },
+        recv.size_bytes());
 }
 
 namespace detail {  // for the front door (detail/schedule.hpp)

@@ -29,7 +29,7 @@ void alltoallv_exchange(Transport& tp, std::span<T const> send, std::span<T> rec
     tag_t const tag = begin_collective(tp, collective_kind::alltoallv);
     pairwise_exchange(
         tp, tag, [&](rank_t r) { return alltoallv_block(send, l.send_counts, l.send_displs, r); },
-        [&](rank_t r) { return alltoallv_block(recv, l.recv_counts, l.recv_displs, r); });
+        [&](rank_t r) { return alltoallv_block(recv, l.recv_counts, l.recv_displs, r); }, recv.size_bytes());
 }
 
 } // namespace detail

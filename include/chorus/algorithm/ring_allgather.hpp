@@ -73,7 +73,7 @@ void ring_allgather(Transport& tp, std::span<T const> send, std::span<T> recv) {
     std::size_t const n = send.size();
     tag_t const tag =
         detail::begin_blocks(tp, detail::collective_kind::allgather, "the receive buffer", recv.size(), "send.size()", n);
-    Transport::memory_space::copy(detail::slot(recv, me, n), send);
+    detail::copy_part<typename Transport::memory_space>(detail::slot(recv, me, n), send, recv.size_bytes());
     detail::ring_allgather_steps(
         tp, tag, me, [&](rank_t i) { return detail::slot(recv, i, n); }, [](rank_t u, rank_t i) { return u == i; });
 }

@@ -70,7 +70,9 @@ void two_shot_allreduce(Transport& tp, std::span<T> data, Op op) {
     // The same buffers again: each rank re-sends its round-1 export, so every rank's is readable.
     if (!round.expose(detail::bytes_of(data))) detail::fail_argument(tp, "two_shot allreduce: a vector exposed in round 1 was not in round 2");
     for (std::size_t r = 0; r < p; ++r)
-        if (r != me) space::copy(slice(r), detail::direct_block<T>(tp, static_cast<rank_t>(r), first(r), slice(r).size()));
+        if (r != me)
+            detail::copy_part<space>(slice(r), detail::direct_block<T>(tp, static_cast<rank_t>(r), first(r), slice(r).size()),
+                                     data.size_bytes());
     round.end();
 }
 

@@ -43,7 +43,8 @@ void zero_copy_allgather(Transport& tp, std::span<T const> send, std::span<T> re
     }
     std::size_t const n = send.size();
     for (rank_t r = 0; r < tp.size(); ++r)
-        space::copy(detail::slot(recv, r, n), r == tp.rank() ? send : detail::direct_block<T>(tp, r, 0, n));
+        detail::copy_part<space>(detail::slot(recv, r, n), r == tp.rank() ? send : detail::direct_block<T>(tp, r, 0, n),
+                                 recv.size_bytes());
     round.end();
 }
 

@@ -43,8 +43,9 @@ void zero_copy_alltoall(Transport& tp, std::span<T const> send, std::span<T> rec
         return pairwise_alltoall(tp, send, recv);
     }
     for (rank_t r = 0; r < p; ++r)
-        space::copy(detail::slot(recv, r, n), r == me ? detail::slot(send, me, n)
-                                                      : detail::direct_block<T>(tp, r, static_cast<std::size_t>(me) * n, n));
+        detail::copy_part<space>(detail::slot(recv, r, n),
+                                 r == me ? detail::slot(send, me, n) : detail::direct_block<T>(tp, r, static_cast<std::size_t>(me) * n, n),
+                                 recv.size_bytes());
     round.end();
 }
 

@@ -65,7 +65,8 @@ void zero_copy_alltoallv_exchange(Transport& tp, std::span<T const> send, std::s
     for (rank_t q = 0; q < p && verdict == 0; ++q) {
         auto const into = alltoallv_block(recv, l.recv_counts, l.recv_displs, q);
         if (into.empty()) continue;
-        space::copy(into, q == me ? alltoallv_block(send, l.send_counts, l.send_displs, me) : direct_block<T>(tp, q));
+        copy_part<space>(into, q == me ? alltoallv_block(send, l.send_counts, l.send_displs, me) : direct_block<T>(tp, q),
+                         recv.size_bytes());
     }
     round.end(verdict);
     for (rank_t r = 0; r < p; ++r) {  // the first rank's verdict, on every rank

@@ -70,7 +70,7 @@ private:
 
 /// CHORUS_NT_COPY_BYTES: host_memory::copy streams copies of this many bytes and more past the
 /// cache (memory.hpp, detail::nt_copy_bytes); 0: never (returned as the largest size_t).
-inline constexpr std::size_t nt_copy_bytes_default = std::size_t{16} << 20;
+inline constexpr std::size_t nt_copy_bytes_default = std::size_t{64} << 20;
 inline std::size_t nt_copy_bytes_from(env_reader const& env) {
     long long const b = env.number_at_least("CHORUS_NT_COPY_BYTES", 0, static_cast<long long>(nt_copy_bytes_default));
     return b == 0 ? static_cast<std::size_t>(-1) : static_cast<std::size_t>(b);

@@ -181,6 +181,14 @@ constexpr std::span<T> blocks(std::span<T> data, std::size_t lo, std::size_t hi,
     return data.subspan(first, n * hi / parts - first);
 }
 
+/// dst = src where dst is part of an output buffer of `whole` bytes: host memory streams it
+/// past the cache when the buffer is large (host_memory::copy_part); other spaces copy.
+template <class Space, class T>
+void copy_part(std::span<T> dst, std::span<T const> src, std::size_t whole) {
+    if constexpr (requires { Space::copy_part(dst, src, whole); }) Space::copy_part(dst, src, whole);
+    else Space::copy(dst, src);
+}
+
 /// Equal block `i` of size `n` (the layout of scatter, gather, allgather, alltoall).
 template <class T>
 constexpr std::span<T> slot(std::span<T> data, rank_t i, std::size_t n) noexcept {

@@ -21,14 +21,15 @@ namespace chorus::detail {
 
 inline constexpr rank_t pairwise_window = 8;
 
-/// `send_block(r)` is the span for rank r, `recv_block(r)` the span to fill from rank r.
+/// `send_block(r)` is the span for rank r, `recv_block(r)` the span to fill from rank r, part of
+/// an output of `whole` bytes.
 template <transport Transport, class SendBlock, class RecvBlock>
-void pairwise_exchange(Transport& tp, tag_t tag, SendBlock send_block, RecvBlock recv_block) {
+void pairwise_exchange(Transport& tp, tag_t tag, SendBlock send_block, RecvBlock recv_block, std::size_t whole) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
     // The own block is copied once the first window's messages are out, while the peers move
     // them (a peer that reads this rank's memory, shm's remote messages, reads meanwhile).
-    auto const copy_own = [&] { Transport::memory_space::copy(recv_block(me), send_block(me)); };
+    auto const copy_own = [&] { copy_part<typename Transport::memory_space>(recv_block(me), send_block(me), whole); };
     if (p == 1) copy_own();
     std::vector<typename Transport::request> in_flight;
     in_flight.reserve(2 * static_cast<std::size_t>(std::min(p, pairwise_window)));
