@@ -153,6 +153,14 @@ TEST_CASE("host memory: streaming copies equal memcpy at every alignment and len
     CHECK(a == b);
     chorus::host_memory::copy(std::span<float>(), std::span<float const>());
     chorus::detail::copy_bytes(nullptr, nullptr, 0, 1);
+    // Through copy_part: a small block of a buffer past any threshold streams (odd length and
+    // offset: head, body and tail), and an empty one is a no-op.
+    std::vector<float> c(3000, -1.0f);
+    chorus::host_memory::copy_part(std::span<float>(c).subspan(1, 2997), std::span<float const>(a).subspan(1, 2997), std::size_t{1} << 40);
+    CHECK(c.front() == -1.0f);
+    CHECK(c.back() == -1.0f);
+    CHECK(std::equal(c.begin() + 1, c.end() - 2, a.begin() + 1));
+    chorus::host_memory::copy_part(std::span<float>(), std::span<float const>(), std::size_t{1} << 40);
 }
 
 TEST_CASE("CHORUS_NT_COPY_BYTES: 64 MiB by default, 0 never streams, a bad value names its reader") {

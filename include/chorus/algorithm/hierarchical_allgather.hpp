@@ -49,8 +49,8 @@ void hierarchical_allgather(Transport& tp, std::span<T const> send, std::span<T>
             for (std::size_t j = 0; j < m; ++j) {
                 std::vector<rank_t> const ranks = detail::rail_ranks(h, static_cast<rank_t>(j));
                 for (std::size_t t = 0; t < nodes; ++t)
-                    space::copy(recv.subspan(static_cast<std::size_t>(ranks[t]) * n, n),
-                                detail::as_const(all.span().subspan((j * nodes + t) * n, n)));
+                    detail::copy_part<space>(recv.subspan(static_cast<std::size_t>(ranks[t]) * n, n),
+                                             detail::as_const(all.span().subspan((j * nodes + t) * n, n)), recv.size_bytes());
             }
             return;
         }

@@ -36,7 +36,7 @@ void linear_gather(Transport& tp, std::span<T const> send, std::span<T> recv, ra
     recvs.reserve(static_cast<std::size_t>(p));
     for (rank_t r = 0; r < p; ++r)
         if (r != root) recvs.push_back(tp.irecv(r, tag, detail::writable_bytes_of(detail::slot(recv, r, n))));
-    space::copy(detail::slot(recv, root, n), send);
+    detail::copy_part<space>(detail::slot(recv, root, n), send, recv.size_bytes());
     for (auto& r : recvs) r.wait();
 }
 

@@ -50,7 +50,7 @@ void linear_gatherv(Transport& tp, std::span<T const> send, std::span<T> recv, C
     recvs.reserve(static_cast<std::size_t>(p));
     for (rank_t r = 0; r < p; ++r)
         if (r != root) recvs.push_back(tp.irecv(r, tag, detail::writable_bytes_of(block(r))));
-    Transport::memory_space::copy(block(root), send);
+    detail::copy_part<typename Transport::memory_space>(block(root), send, recv.size_bytes());
     for (auto& r : recvs) r.wait();
 }
 

@@ -39,7 +39,7 @@ void ring_allgatherv(Transport& tp, std::span<T const> send, std::span<T> recv, 
     auto const block = [&](rank_t i) {
         return recv.subspan(displs[static_cast<std::size_t>(i)], counts[static_cast<std::size_t>(i)]);
     };
-    Transport::memory_space::copy(block(me), send);
+    detail::copy_part<typename Transport::memory_space>(block(me), send, recv.size_bytes());
     detail::ring_allgather_steps(tp, tag, me, block, [](rank_t u, rank_t i) { return u == i; });
 }
 

@@ -65,7 +65,7 @@ void two_shot_allreduce(Transport& tp, std::span<T> data, Op op) {
         // view of it is the same memory: the fold goes through scratch.
         typename space::template buffer<T> folded(mine.size());
         detail::direct_fold(tp, detail::as_const(mine), folded.span(), first(me), op);
-        space::copy(mine, detail::as_const(folded.span()));
+        detail::copy_part<space>(mine, detail::as_const(folded.span()), data.size_bytes());
     }
     // The same buffers again: each rank re-sends its round-1 export, so every rank's is readable.
     if (!round.expose(detail::bytes_of(data))) detail::fail_argument(tp, "two_shot allreduce: a vector exposed in round 1 was not in round 2");

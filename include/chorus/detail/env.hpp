@@ -68,8 +68,9 @@ private:
     char const* caller_;
 };
 
-/// CHORUS_NT_COPY_BYTES: host_memory::copy streams copies of this many bytes and more past the
-/// cache (memory.hpp, detail::nt_copy_bytes); 0: never (returned as the largest size_t).
+/// CHORUS_NT_COPY_BYTES: host memory's copies into a buffer of this many bytes and more stream
+/// past the cache (memory.hpp, host_memory::copy_part, detail::nt_copy_bytes); 0: never
+/// (returned as the largest size_t).
 inline constexpr std::size_t nt_copy_bytes_default = std::size_t{64} << 20;
 inline std::size_t nt_copy_bytes_from(env_reader const& env) {
     long long const b = env.number_at_least("CHORUS_NT_COPY_BYTES", 0, static_cast<long long>(nt_copy_bytes_default));
