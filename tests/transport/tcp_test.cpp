@@ -1536,6 +1536,11 @@ TEST_CASE("shm: memory outside a registered shm_buffer is never read where it li
         chorus::allreduce(tp, plain);  // nothing registered: no exposed round at all
         check_sum(plain, 0);
         CHECK(tp.exposed_rounds() == 0);
+        // Empty buffers register (nothing to map), but give the choices nothing to read.
+        auto const nothing = chorus::register_buffer(tp, std::span<double>());
+        CHECK(nothing.kept());
+        CHECK_FALSE(tp.exposes());
+        chorus::deregister_buffer(tp, nothing);
         // Ordinary memory cannot be registered; one rank's alone fails the registration everywhere.
         auto const refused = chorus::register_buffer(tp, plain);
         CHECK_FALSE(refused.kept());

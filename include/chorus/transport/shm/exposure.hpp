@@ -303,6 +303,8 @@ public:
         auto const p = static_cast<std::size_t>(e.size()), me = static_cast<std::size_t>(e.rank());
         for (std::size_t r = 0; r < p; ++r)
             if (record_of(e, r).registration == 0) return 0;  // some rank's buffer is not shared memory
+        bool read = false;  // some rank registered bytes to read: only then do the choices try exposing
+        for (std::size_t r = 0; r < p; ++r) read = read || record_of(e, r).registration != unread_buffer;
         std::vector<peer_registration> opened;
         bool mapped = true;
         for (std::size_t r = 0; r < p && mapped; ++r) {
@@ -319,8 +321,6 @@ public:
         if (!same_words(e)) return 0;
         for (std::size_t r = 0; r < p; ++r)
             if (e.block(static_cast<rank_t>(r)).empty() || e.block(static_cast<rank_t>(r))[0] != std::byte{1}) return 0;
-        bool read = false;  // some rank registered bytes to read: only then do the choices try exposing
-        for (std::size_t r = 0; r < p; ++r) read = read || record_of(e, r).registration != unread_buffer;
         for (auto& o : opened) peers_.push_back(std::move(o));
         own_.push_back({id, buffer.data(), buffer.data() + buffer.size(), a ? a->base : nullptr, a ? a->inode : 0, read});
         return id;
