@@ -8,6 +8,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -137,6 +138,22 @@ concept rooted_transport = direct_transport<T> && requires(T& t, std::span<std::
 /// - Until the round after the next, the peers may read the buffer: a collective that exposes
 ///   one ends with a further round (an empty `exchange`) and leaves the buffer to its caller
 ///   only once that returned; it writes into its own exposed buffer only what no peer reads then.
+namespace detail {
+/// What is wrong with the parts of an exposure in parts (`who`: the transport, for the
+/// message): one part per rank, each empty or inside `buffer`; "" where nothing is.
+inline std::string exposed_parts_error(char const* who, std::size_t ranks, std::span<std::byte const> buffer,
+                                       std::span<std::span<std::byte const> const> parts) {
+    if (parts.size() != ranks)
+        return std::string(who) + ": an exposure in parts needs one part per rank (" + std::to_string(ranks) + "), got " +
+               std::to_string(parts.size());
+    for (auto const& part : parts)
+        if (!part.empty() && (std::less<>{}(part.data(), buffer.data()) ||
+                              std::less<>{}(buffer.data() + buffer.size(), part.data() + part.size())))
+            return std::string(who) + ": an exposed part lies outside the exposed buffer";
+    return {};
+}
+} // namespace detail
+
 template <class T>
 concept exposing_transport =
     direct_transport<T> && requires(T& t, std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts,

@@ -57,6 +57,7 @@
 
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/transport/concepts.hpp>
 #include <chorus/transport/shm/segment.hpp>
 
 namespace chorus {
@@ -377,14 +378,7 @@ private:
     // wait for its round until the timeout).
     template <class Engine>
     static void check_parts(Engine& e, std::span<std::byte const> buffer, std::span<std::span<std::byte const> const> parts) {
-        std::string what;
-        if (parts.size() != static_cast<std::size_t>(e.size()))
-            what = "shm_transport: an exposure in parts needs one part per rank (" + std::to_string(e.size()) + "), got " +
-                   std::to_string(parts.size());
-        for (auto const& part : parts)
-            if (what.empty() && !part.empty() &&
-                (std::less<>{}(part.data(), buffer.data()) || std::less<>{}(buffer.data() + buffer.size(), part.data() + part.size())))
-                what = "shm_transport: an exposed part lies outside the exposed buffer";
+        std::string const what = exposed_parts_error("shm_transport", static_cast<std::size_t>(e.size()), buffer, parts);
         if (what.empty()) return;
         e.abort(e.rank(), what);
         throw invalid_argument(what);

@@ -263,13 +263,8 @@ public:
                 tag_t tag)
         requires can_expose
     {
-        if (parts.size() != static_cast<std::size_t>(size()))
-            throw invalid_argument("staged transport: an exposure in parts needs one part per rank (" + std::to_string(size()) +
-                                   "), got " + std::to_string(parts.size()));
-        for (auto const& part : parts)
-            if (!part.empty() && (std::less<>{}(part.data(), buffer.data()) ||
-                                  std::less<>{}(buffer.data() + buffer.size(), part.data() + part.size())))
-                throw invalid_argument("staged transport: an exposed part lies outside the exposed buffer");
+        if (std::string what = exposed_parts_error("staged transport", static_cast<std::size_t>(size()), buffer, parts); !what.empty())
+            throw invalid_argument(what);
         return expose_round(buffer, parts, agreed, tag, 0);
     }
 
