@@ -442,6 +442,7 @@ TEST_CASE("staged protocol (host model): zero_copy falls back to the schedules o
 
 TEST_CASE("staged protocol (host model): a registered buffer is exported and opened once for all the collectives on it, and closed when deregistered") {
     static_assert(chorus::registering_transport<staged_model>);
+    static_assert(!chorus::putting_transport<staged_model>);  // its broadcast: every receiver reads the whole vector
     exposure_runs([&](staged_model& tp, long fifos) {
         rank_t const p = tp.size();
         auto const me = tp.rank();

@@ -1507,6 +1507,7 @@ struct shm_disagreeing_factory {
 
 TEST_CASE("shm: collectives on registered shm_buffers read the peers' buffers where they lie and agree with the oracle") {
     static_assert(chorus::registering_transport<chorus::shm_transport>);
+    static_assert(chorus::putting_transport<chorus::shm_transport>);
     for (rank_t p : {1, 2, 3, 4, 5, 7}) {
         CAPTURE(p);
         auto const up = static_cast<std::size_t>(p);
@@ -1575,12 +1576,20 @@ TEST_CASE("shm: memory outside a registered shm_buffer is never read where it li
         chorus::allreduce(tp, first);  // inside it: read where it lies
         check_sum(first, 4);
         CHECK(tp.exposed_rounds() == before + 2);
+        // A broadcast needs the root's buffer registered only: the others read it where it lies
+        // whatever their memory, and the root writes its share into those registered (rank 2's
+        // here, not rank 1's, which copies it all).
+        std::span<double> const target = me == 1 ? second : first;
+        for (std::size_t i = 0; i < n; ++i) target[i] = me == 0 ? 7.0 + static_cast<double>(i % 11) : -1.0;
+        chorus::broadcast(tp, target, 0);
+        for (std::size_t i = 0; i < n; ++i) REQUIRE(target[i] == 7.0 + static_cast<double>(i % 11));
+        CHECK(tp.exposed_rounds() == before + 3);
         chorus::deregister_buffer(tp, reg);
         CHECK_FALSE(tp.exposes());
         fill(first, 5);
         chorus::allreduce(tp, first);
         check_sum(first, 5);
-        CHECK(tp.exposed_rounds() == before + 2);
+        CHECK(tp.exposed_rounds() == before + 3);
     }, 30s);
 }
 
@@ -1624,6 +1633,8 @@ TEST_CASE("shm: an exposed round shows each peer's registered buffer, or its par
         }
         tp.exchange({}, 6, tag);  // the closing round: the views end
         CHECK(tp.block(me).empty());
+        CHECK(tp.exposable(mine.first(10)));
+        CHECK_FALSE(tp.exposable(std::span<std::byte const>(mine.data(), bytes + 100)));
         // In parts: rank r reads the r-th third's first r + 1 bytes of this rank's buffer (inside the registration).
         std::array<std::span<std::byte const>, 3> parts;
         for (std::size_t r = 0; r < 3; ++r) parts[r] = std::span<std::byte const>(mine).subspan(r * (bytes / 3), r + 1);
@@ -1662,7 +1673,25 @@ TEST_CASE("shm: an exposed round shows each peer's registered buffer, or its par
             REQUIRE(theirs.size() == size);
             for (std::size_t i = 0; i < size; i += 997) REQUIRE(theirs[i] == static_cast<std::byte>((i * 7 + static_cast<std::size_t>(r)) & 0xff));
         }
-        tp.exchange({}, 14, tag);
+        // putting_transport: each peer's block, writable where it lies (this rank's own is not
+        // offered). Each rank writes its mark at byte 50000 + its rank of every peer's buffer,
+        // bytes no rank reads in this round.
+        for (rank_t r = 0; r < 3; ++r) {
+            auto const into = tp.put_block(r);
+            if (r == me) {
+                CHECK(into.empty());
+                continue;
+            }
+            REQUIRE(into.data() == tp.block(r).data());
+            REQUIRE(into.size() == tp.block(r).size());
+            into[50000 + static_cast<std::size_t>(me)] = static_cast<std::byte>(0xa0 + me);
+        }
+        tp.exchange({}, 14, tag);  // the closing round: the writes are seen, the views end
+        CHECK(tp.put_block(me == 0 ? 1 : 0).empty());
+        for (rank_t r = 0; r < 3; ++r) {
+            auto const at = 50000 + static_cast<std::size_t>(r);
+            CHECK(mine[at] == (r == me ? static_cast<std::byte>((at * 7 + static_cast<std::size_t>(me)) & 0xff) : static_cast<std::byte>(0xa0 + r)));
+        }
         chorus::deregister_buffer(tp, whole);
         CHECK_FALSE(tp.exposes());
     }, 30s);

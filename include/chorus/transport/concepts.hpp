@@ -178,6 +178,21 @@ concept registering_transport =
         t.release(word, word, tag);
     };
 
+/// An exposing_transport whose ranks may also write into the buffers their peers exposed, as
+/// MSCCL++'s put (docs/concepts.md#putting_transport): a broadcast's root, idle while the others
+/// read its vector, writes part of it into theirs, and the copy takes the time of a share.
+/// - `exposable(buffer)`: whether `buffer` (not empty) could be exposed now, answered by this
+///   rank alone, without a round: a rank offers its buffer only where that cannot make the round
+///   fall back.
+/// - `put_block(r)`: after an exposure round that returned true, rank r's block of it
+///   (`block(r)`) as memory this rank may write until the closing round; empty for this rank's
+///   own block.
+template <class T>
+concept putting_transport = exposing_transport<T> && requires(T& t, std::span<std::byte const> buffer, rank_t r) {
+    { t.exposable(buffer) } -> std::same_as<bool>;
+    { t.put_block(r) } -> std::same_as<std::span<std::byte>>;
+};
+
 /// A direct_transport whose device runs a whole collective in one launch, its ranks
 /// synchronising through flags in each other's memory — put, signal, wait, as MSCCL++'s
 /// primitives — with no host round trip (transport/signals.hpp; docs/concepts.md#signaling_transport).

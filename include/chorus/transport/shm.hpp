@@ -157,6 +157,11 @@ public:
         return exposures_.keep(*engine_, buffer, agreed, tag);
     }
     void release(std::uint64_t registration, std::uint64_t agreed, tag_t tag) { exposures_.release(*engine_, registration, agreed, tag); }
+    // putting_transport: the peers' registered allocations are mapped writable.
+    bool exposable(std::span<std::byte const> buffer) const { return exposures_.exposable(buffer); }
+    std::span<std::byte> put_block(rank_t r) const noexcept {
+        return exposures_.active() ? exposures_.put_block(r) : std::span<std::byte>();
+    }
     /// Whether some buffer is registered (the same on every rank): the automatic choices try
     /// the exposed schedules (zero_copy, two_shot) only then, so that a program that
     /// registers nothing pays no round for them.

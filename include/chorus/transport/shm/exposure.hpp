@@ -12,8 +12,8 @@
 // shared memory from the start, as MPI_Win_allocate_shared's and PyTorch's symmetric memory
 // are: a shm_buffer, an anonymous memory file (memfd) mapped by its process.
 //
-// Registration (chorus::register_buffer, collective) maps each peer's allocation once, read
-// only: every rank publishes the descriptor number, device and inode of the memory file that
+// Registration (chorus::register_buffer, collective) maps each peer's allocation once: every
+// rank publishes the descriptor number, device and inode of the memory file that
 // holds its buffer; each peer opens it through /proc/<pid>/fd (as the transport's segments
 // are opened), checks that it is that file, maps it whole with its page tables filled
 // (MAP_POPULATE: a fault per 4 KiB page would cost more than the copy), and a second round
@@ -21,6 +21,11 @@
 // so every rank gets the same answer. Later collectives on any range inside a registered
 // buffer expose it in one round of records (registration number, offset, size): the zero_copy
 // collectives and two_shot then read the peers' blocks with plain loads, no kernel call.
+// The mappings are writable too (putting_transport), for one reason: a broadcast's root would
+// otherwise idle while every other rank copies the whole vector; it writes a share of it into
+// each peer's buffer meanwhile (at 2 ranks, 16 MiB: 0.50 against 0.97-1.08 ms for one rank
+// copying it all, docs/algorithms.md). Peers are the same user's ranks of one program, so
+// what a write could reach is what process_vm_writev could anyway.
 //
 // A buffer outside every registration (memory that is not a shm_buffer's, or is but was
 // not registered) is not exposed: its round says so and the collective falls back to the
@@ -201,6 +206,10 @@ public:
     /// buffer (or its part for this rank) where it lies.
     bool active() const noexcept { return active_; }
     std::span<std::byte const> block(rank_t r) const noexcept { return views_[static_cast<std::size_t>(r)]; }
+    /// block(r) of a peer, writable (putting_transport): the peers' allocations are mapped so.
+    std::span<std::byte> put_block(rank_t r) const noexcept { return puts_[static_cast<std::size_t>(r)]; }
+    /// Whether `buffer` lies in one of this rank's registrations (putting_transport).
+    bool exposable(std::span<std::byte const> buffer) const { return registration_holding(buffer) != nullptr; }
     /// Called before every other round: the views end with the round.
     void end_round() noexcept { active_ = false; }
 
@@ -249,6 +258,7 @@ public:
         for (std::size_t r = 0; r < p; ++r)
             if (e.block(static_cast<rank_t>(r)).size() != bytes || record_of(e, r).registration == 0) return fall_back(p);
         views_.assign(p, {});
+        puts_.assign(p, {});
         for (std::size_t r = 0; r < p; ++r) {
             record const theirs = record_of(e, r);
             if (r == me) {
@@ -268,7 +278,8 @@ public:
                 e.abort(e.rank(), what);
                 throw invalid_argument(what);
             }
-            views_[r] = {k->memory->base() + x.offset, static_cast<std::size_t>(x.bytes)};
+            puts_[r] = {k->memory->base() + x.offset, static_cast<std::size_t>(x.bytes)};
+            views_[r] = puts_[r];
         }
         active_ = true;
         ++exposed_;
@@ -362,7 +373,7 @@ private:
     struct peer_registration {
         std::uint64_t id;
         rank_t owner;
-        std::shared_ptr<shm::mapping const> memory;  // the owner's whole allocation, read only
+        std::shared_ptr<shm::mapping const> memory;  // the owner's whole allocation
         std::uint64_t bytes;  // mapped
         std::uint64_t inode, device;  // registrations of one allocation share its mapping
     };
@@ -370,6 +381,7 @@ private:
     // A round that falls back: every rank's block of it is empty (exposing_transport).
     bool fall_back(std::size_t p) {
         views_.assign(p, {});
+        puts_.assign(p, {});
         active_ = true;
         return false;
     }
@@ -425,14 +437,14 @@ private:
         for (auto const& k : peers_)
             if (k.owner == owner && k.inode == theirs.inode && k.device == theirs.device && k.bytes == theirs.allocation_bytes)
                 return k.memory;
-        shm::unique_fd fd(shm::open_peer_segment(pid, static_cast<int>(theirs.fd), O_RDONLY));
+        shm::unique_fd fd(shm::open_peer_segment(pid, static_cast<int>(theirs.fd), O_RDWR));
         if (fd.get() < 0) return nullptr;
         struct stat st {};
         if (::fstat(fd.get(), &st) != 0 || static_cast<std::uint64_t>(st.st_dev) != theirs.device ||
             static_cast<std::uint64_t>(st.st_ino) != theirs.inode ||
             static_cast<std::uint64_t>(st.st_size) < theirs.allocation_bytes)
             return nullptr;
-        auto m = shm::mapping::read_only(fd.get(), static_cast<std::size_t>(theirs.allocation_bytes));
+        auto m = shm::mapping::populated(fd.get(), static_cast<std::size_t>(theirs.allocation_bytes));
         if (!m) return nullptr;
         return std::make_shared<shm::mapping const>(std::move(*m));
     }
@@ -440,6 +452,7 @@ private:
     std::vector<own_registration> own_;
     std::vector<peer_registration> peers_;
     std::vector<std::span<std::byte const>> views_;
+    std::vector<std::span<std::byte>> puts_;  // views_ of the peers, writable
     std::vector<std::byte> scratch_;
     std::uint64_t count_ = 0;
     std::uint64_t exposed_ = 0;

@@ -169,10 +169,10 @@ public:
     ~mapping() { reset(); }
     std::byte* base() const noexcept { return base_; }
 
-    /// A read-only mapping of another process's memory file with its page tables filled
-    /// (MAP_POPULATE: no fault per page on the reads that follow); none where mmap fails.
-    static std::optional<mapping> read_only(int fd, std::size_t bytes) noexcept {
-        void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    /// A mapping of another process's memory file with its page tables filled (MAP_POPULATE:
+    /// no fault per page on the reads and writes that follow); none where mmap fails.
+    static std::optional<mapping> populated(int fd, std::size_t bytes) noexcept {
+        void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED) return std::nullopt;
         mapping m;
         m.base_ = static_cast<std::byte*>(p);
