@@ -111,8 +111,9 @@ TEST_CASE_TEMPLATE_INVOKE(transport_conformance, staged_runner);
 // slow 2-core machine (whole, it took a minute alone on a 2-core VM and over three on CI
 // beside other tests).
 namespace {
-// With signaled launches (one_shot allreduces, broadcasts and allgathers of up to 1 KiB run
-// whole on the "device"); the one_shot rounds of those sizes are checked in the 16 KiB test.
+// With signaled launches (one_shot allreduces, broadcasts, allgathers, reduce_scatters and
+// alltoalls of up to 1 KiB run whole on the "device"); the one_shot rounds of those sizes are
+// checked in the 16 KiB test.
 template <class Check>
 void staged_matrix(std::initializer_list<rank_t> ranks, Check const& check, bool signals = false) {
     for (rank_t p : ranks) {
@@ -599,7 +600,7 @@ TEST_CASE("staged protocol (host model): ranks that run different algorithms of 
     for (auto const& e : v) CHECK_MESSAGE(e.find("run different algorithms of it") != std::string::npos, e);
 }
 
-TEST_CASE("staged protocol (host model): a signaled one_shot allreduce is one launch per call, no control message and no device copy") {
+TEST_CASE("staged protocol (host model): a signaled one_shot collective is one launch per call, no control message and no device copy") {
     // Slots of 64 KiB: up to 4 lanes (signals.hpp: 16 KiB each), so that launches of other
     // partitions follow each other on the two slots (the argument that needs no closing barrier).
     auto const config = [](rank_t) { return chorus::staged_config{256, 3, 64 * 1024, 0, true}; };
@@ -645,7 +646,7 @@ TEST_CASE("staged protocol (host model): a signaled one_shot allreduce is one la
             chorus::allreduce(tp, small);
             ++calls;
             CHECK(small == std::vector<int>(10, p));
-            // Broadcast and allgather, across lane partitions too.
+            // Broadcast, allgather, reduce_scatter and alltoall, across lane partitions too.
             for (std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{0}, std::size_t{3}}) {
                 CAPTURE(n);
                 std::vector<double> b(n, me == p - 1 ? 7.5 : -1.0);
@@ -659,6 +660,25 @@ TEST_CASE("staged protocol (host model): a signaled one_shot allreduce is one la
                 for (rank_t r = 0; r < p; ++r)
                     for (std::size_t i = 0; i < n; ++i)
                         REQUIRE(all[static_cast<std::size_t>(r) * n + i] == static_cast<std::int32_t>(r * 100000 + static_cast<rank_t>(i)));
+                // reduce_scatter (sum; AVG, the op's finish in the launch) and alltoall: p blocks
+                // of m elements each, as many bytes in all as the vectors above.
+                std::size_t const m = n / static_cast<std::size_t>(p), pm = m * static_cast<std::size_t>(p);
+                std::vector<double> blocks(pm), reduced(m);
+                for (std::size_t x = 0; x < pm; ++x) blocks[x] = me * 10.0 + static_cast<double>(x / m) + static_cast<double>(x % m % 7);
+                chorus::reduce_scatter<chorus::one_shot>(tp, blocks, reduced);
+                ++calls;
+                for (std::size_t i = 0; i < m; ++i) REQUIRE(reduced[i] == 5.0 * p * (p - 1) + p * (me + static_cast<double>(i % 7)));
+                std::vector<float> halves(pm, static_cast<float>(2 * me)), averaged(m);
+                chorus::reduce_scatter<chorus::one_shot>(tp, halves, averaged, chorus::avg{});
+                ++calls;
+                for (float x : averaged) REQUIRE(x == static_cast<float>(p - 1));
+                std::vector<std::int32_t> out(pm), in(pm);
+                for (std::size_t x = 0; x < pm; ++x)
+                    out[x] = static_cast<std::int32_t>(me * 1000 + static_cast<rank_t>(x / m) * 10 + static_cast<rank_t>(x % m % 7));
+                chorus::alltoall<chorus::one_shot>(tp, out, in);
+                ++calls;
+                for (std::size_t x = 0; x < pm; ++x)
+                    REQUIRE(in[x] == static_cast<std::int32_t>(static_cast<rank_t>(x / m) * 1000 + me * 10 + static_cast<rank_t>(x % m % 7)));
             }
             CHECK(device.launches - launches == calls);
             CHECK(device.copies == copies);  // each lane copied its share into the slot itself

@@ -1584,12 +1584,33 @@ TEST_CASE("shm: memory outside a registered shm_buffer is never read where it li
         chorus::broadcast(tp, target, 0);
         for (std::size_t i = 0; i < n; ++i) REQUIRE(target[i] == 7.0 + static_cast<double>(i % 11));
         CHECK(tp.exposed_rounds() == before + 3);
+        // Every rank's output registered but the root's: the round falls back, to messages.
+        std::span<double> const unshared = me == 2 ? second : first;
+        for (std::size_t i = 0; i < n; ++i) unshared[i] = me == 2 ? 9.0 + static_cast<double>(i % 5) : -1.0;
+        chorus::broadcast<chorus::zero_copy>(tp, unshared, 2);
+        for (std::size_t i = 0; i < n; ++i) REQUIRE(unshared[i] == 9.0 + static_cast<double>(i % 5));
+        CHECK(tp.exposed_rounds() == before + 3);
+        // Elements of 12 bytes, from rank 1: the root's share starts inside an element.
+        struct triple {
+            float x, y, z;
+        };
+        std::span<triple> const triples = memory.as<triple>().first(n * sizeof(double) / sizeof(triple));
+        for (std::size_t i = 0; i < triples.size(); ++i) {
+            auto const f = static_cast<float>(i);
+            triples[i] = me == 1 ? triple{f, 2 * f, 3 * f} : triple{-1, -1, -1};
+        }
+        chorus::broadcast(tp, triples, 1);
+        for (std::size_t i = 0; i < triples.size(); ++i) {
+            auto const f = static_cast<float>(i);
+            REQUIRE((triples[i].x == f && triples[i].y == 2 * f && triples[i].z == 3 * f));
+        }
+        CHECK(tp.exposed_rounds() == before + 4);
         chorus::deregister_buffer(tp, reg);
         CHECK_FALSE(tp.exposes());
         fill(first, 5);
         chorus::allreduce(tp, first);
         check_sum(first, 5);
-        CHECK(tp.exposed_rounds() == before + 3);
+        CHECK(tp.exposed_rounds() == before + 4);
     }, 30s);
 }
 
@@ -1650,6 +1671,7 @@ TEST_CASE("shm: an exposed round shows each peer's registered buffer, or its par
         // A range past the registration's end (in the allocation's last page) is not exposed, on
         // any rank, though the others' are inside theirs.
         CHECK_FALSE(tp.expose(me == 2 ? std::span<std::byte const>(mine.data(), bytes + 100) : std::span<std::byte const>(mine).first(10), 9, tag));
+        for (rank_t r = 0; r < 3; ++r) CHECK(tp.put_block(r).empty());  // nothing to write after a fall-back
         tp.exchange({}, 10, tag);
         // A buffer no peer reads (every peer's part empty) needs no registration: ordinary memory.
         std::vector<std::byte> own(64);

@@ -9,6 +9,11 @@
 // Cost: R delta (R = ceil(p nb / D)) + p * n * beta (the publish) + (p - 1) * n * (beta +
 // gamma), every rank at once, against the ring's p - 1 messages. For small blocks. Rank
 // order: any op.
+//
+// Over a signaling_transport, a send vector of up to signal_bytes() takes one launch instead
+// (transport/signals.hpp): each lane copies its share of every block into this rank's slot,
+// signals, waits, then folds the same share of block `me` of every rank's slot in rank order,
+// the op's finish included; no host round trip.
 
 #include <algorithm>
 #include <cstddef>
@@ -18,15 +23,52 @@
 #include <chorus/algorithm/detail/direct.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
+#include <chorus/reduce/traits.hpp>
 #include <chorus/transport/concepts.hpp>
+#include <chorus/transport/signals.hpp>
 
 namespace chorus {
+
+namespace detail {
+// The lanes of a signaled one_shot reduce_scatter. A lane reads only its share of each block of
+// `send` before the barrier and writes only its share of `recv` after it, so `recv` may lie
+// inside `send`.
+template <class T, class Op>
+struct one_shot_reduce_scatter_lanes {
+    T const* send;
+    T* recv;
+    std::size_t n;  // elements per block
+    Op op;
+
+    template <class Channel>
+    CHORUS_HOST_DEVICE void operator()(Channel& c) const {
+        lane_span const share = lane_share(n, c.lane(), c.lanes());
+        rank_t const p = c.size();
+        T* const own = reinterpret_cast<T*>(c.own());
+        for (rank_t j = 0; j < p; ++j) {
+            std::size_t const at = static_cast<std::size_t>(j) * n;
+            lane_copy(c, share, send + at, own + at);
+        }
+        if (!c.barrier(0)) return;
+        std::size_t const mine = static_cast<std::size_t>(c.rank()) * n;
+        for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
+            T acc = c.load(reinterpret_cast<T const*>(c.slot(0)) + mine + i);
+            for (rank_t r = 1; r < p; ++r) acc = static_cast<T>(op(acc, c.load(reinterpret_cast<T const*>(c.slot(r)) + mine + i)));
+            if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
+            recv[i] = acc;
+        }
+    }
+};
+} // namespace detail
 
 /// Reduces every rank's `send` (p blocks of recv.size() elements) with `op`; rank r receives
 /// the reduction of block r.
 template <direct_transport Transport, class T, reduce_op<T> Op>
 void one_shot_reduce_scatter(Transport& tp, std::span<T const> send, std::span<T> recv, Op op) {
     detail::check_blocks(tp, "reduce_scatter", "send", send.size(), "recv.size()", recv.size());
+    if (detail::launch_signaled(tp, detail::collective_kind::reduce_scatter, send.size_bytes(), -1,
+                                detail::one_shot_reduce_scatter_lanes<T, Op>{send.data(), recv.data(), recv.size(), op}))
+        return;
     rank_t const me = tp.rank();
     std::size_t const n = recv.size();
     detail::direct_block_rounds(tp, detail::collective_kind::reduce_scatter, send, n, [&](std::size_t first, std::size_t len) {

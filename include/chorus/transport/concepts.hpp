@@ -185,8 +185,11 @@ concept registering_transport =
 ///   rank alone, without a round: a rank offers its buffer only where that cannot make the round
 ///   fall back.
 /// - `put_block(r)`: after an exposure round that returned true, rank r's block of it
-///   (`block(r)`) as memory this rank may write until the closing round; empty for this rank's
-///   own block.
+///   (`block(r)`, at the same offset within a 4096-byte page as rank r's buffer) as memory this
+///   rank may write until the closing round; empty for this rank's own block. A collective
+///   writes only into a buffer its owner exposed as an output for this (never a send buffer),
+///   into bytes both agree on without a message, and closes with a round of every rank, whose
+///   return makes the writes visible to the owner.
 template <class T>
 concept putting_transport = exposing_transport<T> && requires(T& t, std::span<std::byte const> buffer, rank_t r) {
     { t.exposable(buffer) } -> std::same_as<bool>;

@@ -618,9 +618,10 @@ struct cuda_ipc_options {
     /// FIFO (4 slots x 4 MiB), leaves the ring's 4 MiB messages to the FIFO. 0: never. Not yet
     /// measured on a GPU (cuda_bench --ops sendrecv names the way each row took).
     std::size_t rendezvous_bytes = std::size_t{16} << 20;
-    /// Signaled launches: a one_shot allreduce, broadcast or allgather of up to direct_bytes runs as one kernel per rank,
-    /// the ranks synchronising through flags in each other's memory (no host round trip; it can
-    /// be captured into a CUDA graph). 1: on, 0: off, -1: on where the ranks' kernels run at
+    /// Signaled launches: a one_shot allreduce, broadcast, allgather, reduce_scatter or
+    /// alltoall of up to direct_bytes runs as one kernel per rank, the ranks synchronising
+    /// through flags in each other's memory (no host round trip; it can be captured into a
+    /// CUDA graph). 1: on, 0: off, -1: on where the ranks' kernels run at
     /// once — under MPS, or with a GPU per rank — and off where they are time-sliced (ranks
     /// sharing a GPU without MPS, where a kernel that waits for a peer's holds the GPU until its
     /// time slice ends). Used only where every rank has it on.

@@ -24,8 +24,9 @@
 // The mappings are writable too (putting_transport), for one reason: a broadcast's root would
 // otherwise idle while every other rank copies the whole vector; it writes a share of it into
 // each peer's buffer meanwhile (at 2 ranks, 16 MiB: 0.50 against 0.97-1.08 ms for one rank
-// copying it all, docs/algorithms.md). Peers are the same user's ranks of one program, so
-// what a write could reach is what process_vm_writev could anyway.
+// copying it all, docs/algorithms.md). The transport's own segments are mapped writable by
+// every peer already; a registration widens that to each rank's whole shm_buffer allocation
+// (not only the registered range), which a stray write of a peer could now corrupt.
 //
 // A buffer outside every registration (memory that is not a shm_buffer's, or is but was
 // not registered) is not exposed: its round says so and the collective falls back to the
