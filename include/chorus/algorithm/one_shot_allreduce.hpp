@@ -49,13 +49,7 @@ struct one_shot_allreduce_lanes {
         lane_span const share = lane_share(n, c.lane(), c.lanes());
         lane_copy(c, share, in, reinterpret_cast<T*>(c.own()));
         if (!c.barrier(0)) return;
-        rank_t const p = c.size();
-        for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
-            T acc = c.load(reinterpret_cast<T const*>(c.slot(0)) + i);
-            for (rank_t r = 1; r < p; ++r) acc = static_cast<T>(op(acc, c.load(reinterpret_cast<T const*>(c.slot(r)) + i)));
-            if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
-            out[i] = acc;
-        }
+        lane_fold(c, share, 0, out, op);
     }
 };
 } // namespace detail

@@ -38,15 +38,10 @@ struct one_shot_alltoall_lanes {
     template <class Channel>
     CHORUS_HOST_DEVICE void operator()(Channel& c) const {
         lane_span const share = lane_share(n, c.lane(), c.lanes());
-        rank_t const p = c.size();
-        T* const own = reinterpret_cast<T*>(c.own());
-        for (rank_t j = 0; j < p; ++j) {
-            std::size_t const at = static_cast<std::size_t>(j) * n;
-            lane_copy(c, share, send + at, own + at);
-        }
+        lane_publish_blocks(c, share, send, n);
         if (!c.barrier(0)) return;
         std::size_t const mine = static_cast<std::size_t>(c.rank()) * n;
-        for (rank_t r = 0; r < p; ++r)
+        for (rank_t r = 0; r < c.size(); ++r)
             lane_copy(c, share, reinterpret_cast<T const*>(c.slot(r)) + mine, recv + static_cast<std::size_t>(r) * n);
     }
 };

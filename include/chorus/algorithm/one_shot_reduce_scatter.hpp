@@ -23,7 +23,6 @@
 #include <chorus/algorithm/detail/direct.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/reduce/concepts.hpp>
-#include <chorus/reduce/traits.hpp>
 #include <chorus/transport/concepts.hpp>
 #include <chorus/transport/signals.hpp>
 
@@ -43,20 +42,9 @@ struct one_shot_reduce_scatter_lanes {
     template <class Channel>
     CHORUS_HOST_DEVICE void operator()(Channel& c) const {
         lane_span const share = lane_share(n, c.lane(), c.lanes());
-        rank_t const p = c.size();
-        T* const own = reinterpret_cast<T*>(c.own());
-        for (rank_t j = 0; j < p; ++j) {
-            std::size_t const at = static_cast<std::size_t>(j) * n;
-            lane_copy(c, share, send + at, own + at);
-        }
+        lane_publish_blocks(c, share, send, n);
         if (!c.barrier(0)) return;
-        std::size_t const mine = static_cast<std::size_t>(c.rank()) * n;
-        for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
-            T acc = c.load(reinterpret_cast<T const*>(c.slot(0)) + mine + i);
-            for (rank_t r = 1; r < p; ++r) acc = static_cast<T>(op(acc, c.load(reinterpret_cast<T const*>(c.slot(r)) + mine + i)));
-            if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
-            recv[i] = acc;
-        }
+        lane_fold(c, share, static_cast<std::size_t>(c.rank()) * n, recv, op);
     }
 };
 } // namespace detail

@@ -27,6 +27,7 @@
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
+#include <chorus/reduce/traits.hpp>
 #include <chorus/transport/concepts.hpp>
 #include <chorus/transport/signals.hpp>
 
@@ -160,6 +161,30 @@ bool launch_signaled(Transport& tp, collective_kind kind, std::size_t bytes, ran
 template <class Channel, class T>
 CHORUS_HOST_DEVICE void lane_copy(Channel& c, lane_span share, T const* from, T* to) {
     for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) to[i] = c.load(from + i);
+}
+
+/// A lane's copy of its share of each of the p blocks of `n` elements of `send` into this rank's
+/// slot, at the same place (a signaled alltoall's or reduce_scatter's publish).
+template <class Channel, class T>
+CHORUS_HOST_DEVICE void lane_publish_blocks(Channel& c, lane_span share, T const* send, std::size_t n) {
+    T* const own = reinterpret_cast<T*>(c.own());
+    for (rank_t j = 0; j < c.size(); ++j) {
+        std::size_t const at = static_cast<std::size_t>(j) * n;
+        lane_copy(c, share, send + at, own + at);
+    }
+}
+
+/// A lane's fold of its share of every rank's slot, from element `at` of each, in rank order
+/// and the op's finish included, into `out` (a signaled allreduce's or reduce_scatter's).
+template <class Channel, class T, class Op>
+CHORUS_HOST_DEVICE void lane_fold(Channel& c, lane_span share, std::size_t at, T* out, Op const& op) {
+    rank_t const p = c.size();
+    for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
+        T acc = c.load(reinterpret_cast<T const*>(c.slot(0)) + at + i);
+        for (rank_t r = 1; r < p; ++r) acc = static_cast<T>(op(acc, c.load(reinterpret_cast<T const*>(c.slot(r)) + at + i)));
+        if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
+        out[i] = acc;
+    }
 }
 
 /// The rounds that cover `n` elements, `k` per round: at least one (an empty collective still
