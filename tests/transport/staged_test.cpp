@@ -15,12 +15,14 @@
 #include <deque>
 #include <exception>
 #include <initializer_list>
+#include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -646,6 +648,10 @@ TEST_CASE("staged protocol (host model): a signaled one_shot collective is one l
             chorus::allreduce(tp, small);
             ++calls;
             CHECK(small == std::vector<int>(10, p));
+            std::vector<int> blocks_of_four(static_cast<std::size_t>(p) * 4, 1), four(4);
+            chorus::reduce_scatter(tp, blocks_of_four, four);
+            ++calls;
+            CHECK(four == std::vector<int>(4, p));
             // Broadcast, allgather, reduce_scatter and alltoall, across lane partitions too.
             for (std::size_t n : {std::size_t{1}, std::size_t{5000}, std::size_t{0}, std::size_t{3}}) {
                 CAPTURE(n);
@@ -682,6 +688,14 @@ TEST_CASE("staged protocol (host model): a signaled one_shot collective is one l
             }
             CHECK(device.launches - launches == calls);
             CHECK(device.copies == copies);  // each lane copied its share into the slot itself
+            // An op that is not trivially copyable cannot be a kernel argument: rounds instead.
+            auto const held = std::make_shared<int>(1);
+            auto const scaled_sum = [held](int a, int b) { return a + b * *held; };
+            static_assert(!std::is_trivially_copyable_v<decltype(scaled_sum)>);
+            std::vector<int> ones(7, 1);
+            chorus::allreduce<chorus::one_shot>(tp, std::span(ones), scaled_sum);
+            CHECK(ones == std::vector<int>(7, p));
+            CHECK(device.launches - launches == calls);
             // Beyond the slots: rounds of the direct exchange, not a launch.
             std::vector<double> large(64 * 1024 / sizeof(double) + 1, 1.0);
             chorus::allreduce<chorus::one_shot>(tp, large);
@@ -712,6 +726,16 @@ TEST_CASE("staged protocol (host model): signaled launches of other sizes, or a 
     });
     for (auto const& e : errors) {
         CHECK_MESSAGE(e.find("rank 1 called allreduce with 32 bytes, rank 0 allreduce with 40000 bytes") != std::string::npos, e);
+        CHECK_MESSAGE(e.find("on the device") != std::string::npos, e);
+    }
+    // The same for a reduce_scatter, whose shape is its send vector's (p blocks).
+    auto const scattered = errors_of(3, config, [](staged_model& tp) {
+        std::size_t const n = tp.rank() == 1 ? 1 : 1666;
+        std::vector<double> send(3 * n, 1.0), recv(n);
+        chorus::reduce_scatter<chorus::one_shot>(tp, send, recv);
+    });
+    for (auto const& e : scattered) {
+        CHECK_MESSAGE(e.find("rank 1 called reduce_scatter with 24 bytes, rank 0 reduce_scatter with 39984 bytes") != std::string::npos, e);
         CHECK_MESSAGE(e.find("on the device") != std::string::npos, e);
     }
     // Rank 0's host fails the group (its thread's device is not the transport's) while the

@@ -12,7 +12,8 @@
 // Over a signaling_transport, a send vector of up to signal_bytes() takes one launch instead
 // (transport/signals.hpp): each lane copies its share of every block into this rank's slot,
 // signals, waits, then copies the same share of block `me` of every rank's slot into place
-// (its own too, so `recv` may be `send`); no host round trip.
+// (its own too, from its slot); no host round trip.
+// Cost: one launch, 2 delta of flags on the device, p * n * beta (the publish) + p * n * beta.
 
 #include <algorithm>
 #include <cstddef>

@@ -14,6 +14,8 @@
 // (transport/signals.hpp): each lane copies its share of every block into this rank's slot,
 // signals, waits, then folds the same share of block `me` of every rank's slot in rank order,
 // the op's finish included; no host round trip.
+// Cost: one launch, 2 delta of flags on the device, p * n * beta (the publish) + (p - 1) * n *
+// (beta + gamma).
 
 #include <algorithm>
 #include <cstddef>
@@ -30,8 +32,8 @@ namespace chorus {
 
 namespace detail {
 // The lanes of a signaled one_shot reduce_scatter. A lane reads only its share of each block of
-// `send` before the barrier and writes only its share of `recv` after it, so `recv` may lie
-// inside `send`.
+// `send` before the barrier and writes only its share of `recv` after it, so `recv` may be one
+// of `send`'s blocks.
 template <class T, class Op>
 struct one_shot_reduce_scatter_lanes {
     T const* send;

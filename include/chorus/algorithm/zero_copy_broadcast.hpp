@@ -23,7 +23,6 @@
 // learns it in round 1 and the schedule of messages runs instead (tree, or scatter_allgather
 // for large vectors on many ranks: detail/select.hpp).
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -460,8 +460,9 @@ public:
         cuda_check(cudaStreamIsCapturing(cuda_stream(), &capture), "cudaStreamIsCapturing");
         if (capture != cudaStreamCaptureStatusNone)
             throw invalid_argument("cuda_ipc_transport: the stream is being captured into a CUDA graph; this collective waits on "
-                                   "the host for device copies and cannot be captured (only a one_shot allreduce of signaled "
-                                   "launches can): call it outside the capture");
+                                   "the host for device copies and cannot be captured (only the one_shot allreduce, broadcast, "
+                                   "allgather, reduce_scatter and alltoall of up to direct_bytes, signaled launches, can): "
+                                   "call it outside the capture");
     }
     // Staging for messages that arrive before their receive: stream-ordered, like scratch.
     void* allocate(std::size_t bytes) { return cuda_scratch_allocate(bytes ? bytes : 1, "cudaMallocFromPoolAsync (chorus staging)"); }

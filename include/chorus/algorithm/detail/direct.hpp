@@ -148,7 +148,9 @@ private:
 /// launch (transport/signals.hpp) where `bytes` fit signal_bytes() — true — else nothing.
 template <class Transport, class Body>
 bool launch_signaled(Transport& tp, collective_kind kind, std::size_t bytes, rank_t root, Body const& body) {
-    if constexpr (signaling_transport<Transport>) {
+    // A body is a kernel argument: one that is not trivially copyable (a user's op that holds
+    // more than values) takes the rounds, on every rank alike (a type decides, not a size).
+    if constexpr (signaling_transport<Transport> && std::is_trivially_copyable_v<Body>) {
         if (std::size_t const most = tp.signal_bytes(); most > 0 && bytes <= most) {
             tp.launch(body, bytes, direct_shape(kind, bytes, root), &describe_shape);
             return true;
