@@ -3,7 +3,10 @@
 //
 //   chorusrun -n 4 build-cuda/bench/cuda_bench [-b 4K] [-e 1G] [-f 4]
 //                                              [--ops allreduce,allgather,broadcast,reduce_scatter,alltoall,alltoallv,sendrecv]
-//                                              [--algo auto|all] [--iter-scale S]
+//                                              [--algo auto|all] [--iter-scale S] [--dtype float,half,bf16]
+//
+// --dtype: the allreduce's element types, one pass each (with --ops allreduce only; default
+// float); a half or bfloat16 row's algo ends in _half or _bf16, its bytes are the vector's.
 //
 // Rows: `op algo ranks bytes count time_us algbw_GBps busbw_GBps wrong`, with chorus_bench's
 // method: per iteration refill the inputs (a kernel, untimed), barrier, time one collective
@@ -46,9 +49,11 @@ void cuda_ok(cudaError_t e, char const* what) {
 // Values exact in float: small integers.
 __device__ float value(int rank, std::size_t i) { return static_cast<float>(rank % 13 + static_cast<int>(i % 7)); }
 
-__global__ void fill(float* p, std::size_t n, int rank, std::size_t offset) {
+// In half and bfloat16 too: sums of up to 8 ranks' values stay below 256, every one exact.
+template <class T>
+__global__ void fill(T* p, std::size_t n, int rank, std::size_t offset) {
     for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-        p[i] = value(rank, offset + i);
+        p[i] = static_cast<T>(value(rank, offset + i));
 }
 __global__ void fill_constant(float* p, std::size_t n, float x) {
     for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
@@ -57,8 +62,8 @@ __global__ void fill_constant(float* p, std::size_t n, float x) {
 // kind 0: allreduce sum over p ranks; 1: allgather of blocks of `block`; 2: broadcast from root;
 // 3: reduce_scatter, the sum over p ranks of elements from `block` (the rank's block's offset)
 // on; 4: alltoall to rank `root`, block r from rank r.
-__global__ void check(float const* p, std::size_t n, int ranks, int kind, std::size_t block, int root,
-                      unsigned long long* wrong) {
+template <class T>
+__global__ void check(T const* p, std::size_t n, int ranks, int kind, std::size_t block, int root, unsigned long long* wrong) {
     unsigned long long mine = 0;
     for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
         float want = 0;
@@ -73,7 +78,7 @@ __global__ void check(float const* p, std::size_t n, int ranks, int kind, std::s
         } else {
             want = value(root, i);
         }
-        mine += p[i] != want;
+        mine += static_cast<float>(p[i]) != want;
     }
     if (mine) atomicAdd(wrong, mine);
 }
@@ -155,6 +160,7 @@ int main(int argc, char** argv) {
     std::size_t begin = 4 << 10, end = std::size_t{1} << 30, factor = 4;
     std::vector<std::string> ops{"allreduce", "allgather", "broadcast"};
     std::string algo = "auto";
+    std::vector<std::string> dtypes{"float"};
     double iter_scale = 1;
     for (int i = 1; i < argc; ++i) {
         std::string const a = argv[i];
@@ -170,6 +176,7 @@ int main(int argc, char** argv) {
         else if (a == "-f") factor = parse_size(next());
         else if (a == "--ops") ops = split(next());
         else if (a == "--algo") algo = next();
+        else if (a == "--dtype") dtypes = split(next());
         else if (a == "--iter-scale") iter_scale = std::stod(next());
         else {
             std::fprintf(stderr, "cuda_bench: unknown option %s (see the comment at the top of bench/cuda_bench.cu)\n", a.c_str());
@@ -177,6 +184,16 @@ int main(int argc, char** argv) {
         }
     }
     if (factor < 2) factor = 2;
+    for (std::string const& t : dtypes) {
+        if (t != "float" && t != "half" && t != "bf16") {
+            std::fprintf(stderr, "cuda_bench: unknown dtype %s (float, half, bf16)\n", t.c_str());
+            return 2;
+        }
+        if (t != "float" && (ops.size() != 1 || ops[0] != "allreduce")) {
+            std::fprintf(stderr, "cuda_bench: --dtype %s is for --ops allreduce only\n", t.c_str());
+            return 2;
+        }
+    }
     try {
         auto tp = chorus::cuda_ipc_transport::from_env();
         rank_t const p = tp.size(), me = tp.rank();
@@ -248,33 +265,43 @@ int main(int argc, char** argv) {
                 bool const below_auto_zero_copy = bytes <= tp.direct_bytes();
                 auto reset_wrong = [&] { cuda_ok(cudaMemset(wrong, 0, sizeof *wrong), "cudaMemset"); };
                 if (op == "allreduce") {
-                    float* d = nullptr;
-                    cuda_ok(cudaMalloc(&d, count * sizeof(float)), "cudaMalloc");
-                    auto run = [&]<class Algo>(char const* name) {
-                        reset_wrong();
-                        double const us = b.time(
-                            2, iters, [&] { fill<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block>>>(d, count, me, 0); },
-                            [&] { chorus::allreduce<Algo>(tp, std::span(d, count), chorus::sum{}); },
-                            [&] { check<<<chorus::detail::cuda_grid(count), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(d, count, p, 0, 0, 0, wrong); });
-                        row("allreduce", name, bytes, count, us, 2.0 * static_cast<double>(p - 1) / static_cast<double>(p), b.total_wrong(), p);
+                    // One pass per element type; a 16-bit type's rows name it after the algorithm.
+                    auto rows_of = [&]<class T>(char const* suffix) {
+                        std::size_t const n = bytes / sizeof(T);
+                        T* d = nullptr;
+                        cuda_ok(cudaMalloc(&d, n * sizeof(T)), "cudaMalloc");
+                        auto run = [&]<class Algo>(char const* algo_name) {
+                            std::string const name = std::string(algo_name) + suffix;
+                            reset_wrong();
+                            double const us = b.time(
+                                2, iters, [&] { fill<<<chorus::detail::cuda_grid(n), chorus::detail::cuda_block>>>(d, n, me, 0); },
+                                [&] { chorus::allreduce<Algo>(tp, std::span(d, n), chorus::sum{}); },
+                                [&] { check<<<chorus::detail::cuda_grid(n), chorus::detail::cuda_block, 0, cudaStreamPerThread>>>(d, n, p, 0, 0, 0, wrong); });
+                            row("allreduce", name.c_str(), bytes, n, us, 2.0 * static_cast<double>(p - 1) / static_cast<double>(p), b.total_wrong(), p);
+                        };
+                        run.template operator()<chorus::automatic>("auto");
+                        if (all_algos) {
+                            run.template operator()<chorus::ring>("ring");
+                            run.template operator()<chorus::rabenseifner>("rabenseifner");
+                            run.template operator()<chorus::two_shot>("two_shot");
+                            {  // the vector registered (chorus/registration.hpp): no export or open per call
+                                auto const reg = chorus::register_buffer(tp, std::span(d, n));
+                                run.template operator()<chorus::two_shot>(reg.kept() ? "two_shot_registered" : "two_shot_unregistered");
+                                chorus::deregister_buffer(tp, reg);
+                            }
+                            if (bytes <= (std::size_t{64} << 20)) {
+                                run.template operator()<chorus::recursive_doubling>("recursive_doubling");
+                                run.template operator()<chorus::tree>("tree");
+                                run.template operator()<chorus::one_shot>("one_shot");
+                            }
+                        }
+                        cudaFree(d);
                     };
-                    run.template operator()<chorus::automatic>("auto");
-                    if (all_algos) {
-                        run.template operator()<chorus::ring>("ring");
-                        run.template operator()<chorus::rabenseifner>("rabenseifner");
-                        run.template operator()<chorus::two_shot>("two_shot");
-                        {  // the vector registered (chorus/registration.hpp): no export or open per call
-                            auto const reg = chorus::register_buffer(tp, std::span(d, count));
-                            run.template operator()<chorus::two_shot>(reg.kept() ? "two_shot_registered" : "two_shot_unregistered");
-                            chorus::deregister_buffer(tp, reg);
-                        }
-                        if (bytes <= (std::size_t{64} << 20)) {
-                            run.template operator()<chorus::recursive_doubling>("recursive_doubling");
-                            run.template operator()<chorus::tree>("tree");
-                            run.template operator()<chorus::one_shot>("one_shot");
-                        }
+                    for (std::string const& t : dtypes) {
+                        if (t == "float") rows_of.template operator()<float>("");
+                        else if (t == "half") rows_of.template operator()<__half>("_half");
+                        else rows_of.template operator()<__nv_bfloat16>("_bf16");
                     }
-                    cudaFree(d);
                 } else if (op == "allgather") {
                     std::size_t const block = count / P;
                     if (block == 0) continue;

@@ -16,14 +16,17 @@
 #                   GPU) as gpu-peers/cuda_ipc_probe, newer than the source, is used as it is.
 #   GPU_RANKS       "2 4"        GPU_MODES  "mps nomps"   GPU_ITER_SCALE 0.3
 #   GPU_BEGIN       8            GPU_END    1G            GPU_FACTOR 4
-#   GPU_STEP_S      40 (each program's limit: 16 programs by default, the 4 point-to-point ones
-#                   (MPS mode only) with half of it, 560 s in all, so that even a run whose every
-#                   program hangs ends within one 10-minute device command)
+#   GPU_STEP_S      37 (each program's limit: 18 programs by default, the 6 of MPS mode only
+#                   (point to point, and the 16-bit allreduce) with half of it, 552 s in all, so
+#                   that even a run whose every program hangs ends within one 10-minute device
+#                   command)
 # Writes to OUT_DIR: compare.txt (every raw row of both, nccl-tests columns, each program's rows
 # under a "# ---- probe-p2-mps" / "# ---- chorus-p2-mps" line; the probe's algos end in _ipc,
 # chorus's are `auto` and, up to 4 MiB, its named algorithms; sendrecv's are `rendezvous` or
-# `chunks`, under "# ---- chorus-p2-mps-p2p1" and "-p2p0"), ratios.txt (chorus auto against
-# the probe's best row of the same op, size, ranks and mode), compare-busbw.png (with gnuplot).
+# `chunks`, under "# ---- chorus-p2-mps-p2p1" and "-p2p0"; the 16-bit allreduce's `auto_half`
+# and `auto_bf16` next to `auto`, under "-dtypes"), ratios.txt (chorus auto against the probe's
+# best row of the same op, size, ranks and mode; then half and bfloat16 busbw against float32's),
+# compare-busbw.png (with gnuplot).
 # MPS is started by this script (as root) and stopped again; an MPS daemon already running is
 # left alone for the "mps" mode and the "nomps" mode is then skipped, saying so.
 set -uo pipefail
@@ -35,7 +38,7 @@ ranks=${GPU_RANKS:-2 4}
 modes=${GPU_MODES:-mps nomps}
 scale=${GPU_ITER_SCALE:-0.3}
 begin=${GPU_BEGIN:-8} end=${GPU_END:-1G} factor=${GPU_FACTOR:-4}
-limit=${GPU_STEP_S:-40}
+limit=${GPU_STEP_S:-37}
 mkdir -p "$out"
 compare=$out/compare.txt
 say() { echo "=== $*" >&2; }
@@ -68,7 +71,7 @@ fi
     echo "# chorus (cuda_ipc_transport, cuda_bench) and cuda_ipc_probe side by side, $(date -u +%FT%TZ)"
     echo "# chorus $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown); $(nproc) cores;" \
         "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
-    echo "# float32 sum; sizes $begin..$end x$factor; iterations x$scale; ranks $ranks; modes $modes"
+    echo "# float32 sum (the -dtypes sections: float32, half and bfloat16); sizes $begin..$end x$factor; iterations x$scale; ranks $ranks; modes $modes"
 } >"$compare"
 
 mps_pipe=/tmp/chorus-mps
@@ -114,9 +117,13 @@ for mode in $modes; do
             -b "$begin" -e "$end" -f "$factor" --iter-scale "$scale" --ops allreduce,allgather,broadcast,reduce_scatter,alltoall
         section "chorus-p$p-$mode-algos" "$build/chorusrun" --no-prefix -n "$p" --timeout-ms 60000 "$build/bench/cuda_bench" \
             -b "$begin" -e 4M -f "$factor" --iter-scale "$scale" --algo all --ops allreduce,allgather,reduce_scatter,alltoall,alltoallv
+        [ "$mode" = mps ] || continue
+        # Half and bfloat16 allreduce next to float32 in one program (MPS only), 64 MiB to 1 GiB:
+        # the target is a 16-bit type's busbw within 10% of float32's.
+        limit=$((limit / 2)) section "chorus-p$p-$mode-dtypes" "$build/chorusrun" --no-prefix -n "$p" --timeout-ms 60000 \
+            "$build/bench/cuda_bench" -b 64M -e 1G -f 4 --iter-scale "$scale" --ops allreduce --dtype float,half,bf16
         # Point to point around the ring (MPS only): every size by rendezvous, then every size
         # in chunks through the FIFOs.
-        [ "$mode" = mps ] || continue
         for way in 1 0; do
             limit=$((limit / 2)) section "chorus-p$p-$mode-p2p$way" env CHORUS_CUDA_RENDEZVOUS_BYTES=$way "$build/chorusrun" --no-prefix -n "$p" \
                 --timeout-ms 60000 "$build/bench/cuda_bench" -b "$begin" -e "$end" -f "$factor" --iter-scale "$scale" --ops sendrecv
@@ -128,12 +135,13 @@ done
 # ratios.txt: chorus auto against the probe's best (lowest time) row of the same op, bytes,
 # ranks and mode; speed = probe time / chorus time (1 = level; the target is >= 0.9 at 1 GiB).
 awk '
-    /^# ---- / { split($3, part, "-"); lib = part[1]; mode = part[3]; algos = (part[4] == "algos"); next }
+    /^# ---- / { split($3, part, "-"); lib = part[1]; mode = part[3]; algos = (part[4] != ""); dtypes = (part[4] == "dtypes"); next }
     /^#/ || NF != 9 || $1 == "op" || $1 == "ceiling" { next }
     {
         key = mode " " $1 " " $3 " " $4
         if (lib == "probe" && $9 == 0 && (!(key in probe) || $6 < probe[key])) { probe[key] = $6; palgo[key] = $2; pbus[key] = $8 }
         if (lib == "chorus" && !algos && $2 == "auto") { chorus[key] = $6; cbus[key] = $8; cwrong[key] = $9 }
+        if (dtypes) { bus[key " " $2] = $8; bad[key " " $2] = $9; if ($2 == "auto") sized[key] = 1 }
     }
     END {
         printf "# chorus (auto) / cuda_ipc_probe (best algo), float32 sum, same run; speed = probe time / chorus time\n"
@@ -142,13 +150,29 @@ awk '
             split(k, f, " ")
             printf "%-6s %-10s %5s %12s %12.2f %12.2f %-14s %11.2f %11.2f %7.3f %6s\n", f[1], f[2], f[3], f[4], chorus[k], probe[k], palgo[k], cbus[k], pbus[k], probe[k] / chorus[k], cwrong[k]
         }
-    }' "$compare" | { read -r header; read -r columns; echo "$header"; echo "$columns"; sort -k1,1 -k2,2 -k3,3n -k4,4n; } >"$out/ratios.txt"
+        # The 16-bit table after a line "~" that splits the two for sorting (below).
+        print "~"
+        printf "# allreduce busbw of half and bfloat16 against float32, same program (target: >= 0.9)\n"
+        printf "%-6s %5s %12s %11s %11s %11s %7s %7s %6s\n", "mode", "ranks", "bytes", "float_bus", "half_bus", "bf16_bus", "half_x", "bf16_x", "wrong"
+        for (k in sized) {
+            split(k, f, " ")
+            fb = bus[k " auto"]; hb = bus[k " auto_half"]; bb = bus[k " auto_bf16"]
+            printf "%-6s %5s %12s %11.2f %11.2f %11.2f %7.3f %7.3f %6d\n", f[1], f[3], f[4], fb, hb, bb, (fb > 0 ? hb / fb : 0), (fb > 0 ? bb / fb : 0), bad[k " auto"] + bad[k " auto_half"] + bad[k " auto_bf16"]
+        }
+    }' "$compare" >"$out/ratios.raw"
+{   # each table's two header lines, then its rows sorted
+    sed -n '1,2p' "$out/ratios.raw"
+    sed -n '3,$p' "$out/ratios.raw" | sed '/^~$/,$d' | sort -k1,1 -k2,2 -k3,3n -k4,4n
+    sed -n '/^~$/,$p' "$out/ratios.raw" | sed -n '2,3p'
+    sed -n '/^~$/,$p' "$out/ratios.raw" | tail -n +4 | sort -k1,1 -k2,2n -k3,3n
+} >"$out/ratios.txt"
+rm -f "$out/ratios.raw"
 cat "$out/ratios.txt"
 
 if command -v gnuplot >/dev/null; then
     # allreduce busbw against size: chorus auto and the probe's best, per mode and rank count.
     awk '
-        /^# ---- / { split($3, part, "-"); lib = part[1]; p = part[2]; mode = part[3]; algos = (part[4] == "algos"); next }
+        /^# ---- / { split($3, part, "-"); lib = part[1]; p = part[2]; mode = part[3]; algos = (part[4] != ""); next }
         /^#/ || NF != 9 || $1 != "allreduce" || algos { next }
         lib == "chorus" && $2 == "auto" { print lib "-" p "-" mode, $4, $8 }
         lib == "probe" && ($2 ~ /_ipc$/) { k = lib "-" p "-" mode " " $4; if (!(k in best) || $8 > best[k]) best[k] = $8 }

@@ -5,14 +5,17 @@
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
+#include <chorus/detail/elementwise.hpp>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "../support/archetypes.hpp"
@@ -175,4 +178,143 @@ TEST_CASE("CHORUS_NT_COPY_BYTES: 64 MiB by default, 0 never streams, a bad value
     CHECK_THROWS_WITH_AS(chorus::detail::nt_copy_bytes_from(env), doctest::Contains("reader: CHORUS_NT_COPY_BYTES is not a number: 'lots'"),
                          chorus::invalid_argument);
     ::unsetenv("CHORUS_NT_COPY_BYTES");
+}
+
+// ---- elementwise passes (the device kernels' and the signaled lanes' code, run here) ----------
+
+namespace {
+// Counts the loads of a pass, one by one and 16 bytes at a time.
+struct counting_loads {
+    std::size_t* single;
+    std::size_t* wide;
+    std::size_t* unaligned;  // wide loads off a 16-byte boundary
+    template <class T>
+    T load(T const* p) const {
+        ++*single;
+        return *p;
+    }
+    template <class T>
+    chorus::detail::wide_vector<T> load_wide(T const* p) const {
+        *unaligned += reinterpret_cast<std::uintptr_t>(p) % 16 != 0;
+        ++*wide;
+        return chorus::detail::plain_loads{}.load_wide(p);
+    }
+};
+struct twelve_bytes {  // never widens: 12 does not divide 16
+    std::int32_t a, b, c;
+};
+struct two_ints {  // 8 bytes aligned on 4: at an offset of 4 or 12 no vector can start
+    std::int32_t a, b;
+};
+template <class T>
+inline constexpr bool is_record_v = std::is_same_v<T, twelve_bytes> || std::is_same_v<T, two_ints>;
+template <class T>
+T element(std::size_t i, unsigned r) {
+    if constexpr (std::is_same_v<T, twelve_bytes>) return {static_cast<std::int32_t>(i), static_cast<std::int32_t>(r), 1};
+    else if constexpr (std::is_same_v<T, two_ints>) return {static_cast<std::int32_t>(i), static_cast<std::int32_t>(r)};
+    else return static_cast<T>((i * 7 + r * 3) % 50);
+}
+template <class T>
+T combine(T a, T b) {  // not commutative: the order of the operands shows
+    if constexpr (std::is_same_v<T, twelve_bytes>) return {a.a * 2 + b.a, a.b * 2 + b.b, a.c + b.c};
+    else if constexpr (std::is_same_v<T, two_ints>) return {a.a * 2 + b.a, a.b * 3 + b.b};
+    else return static_cast<T>(a * 2 + b);
+}
+// Storage on 16-byte boundaries.
+struct alignas(16) sixteen_bytes {
+    unsigned char b[16];
+};
+template <class T>
+bool same(T const& a, T const& b) {
+    return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+} // namespace
+
+// fold_elements: out[i] = finish(in(0)[i] step ... step in(count-1)[i]) over every thread of
+// `threads`, at every offset of `out` and the operands from a 16-byte boundary, the operands
+// lined up with `out` or one of them not, in place or not. Every element must be the closed
+// form's, nothing around `out` written, and where everything lines up the middle must go 16
+// bytes per load (one wide load per operand per vector; the rest one by one).
+TEST_CASE_TEMPLATE("elementwise passes: every alignment, operand count and thread count; 16 bytes per load where they line up", T,
+                   std::uint8_t, std::int16_t, float, double, twelve_bytes, two_ints) {
+    namespace d = chorus::detail;
+    constexpr bool widens = d::widens_v<T>;
+    static_assert(widens == !std::is_same_v<T, twelve_bytes>);
+    static_assert(sizeof(T) != 8 || alignof(T) == 8 || std::is_same_v<T, two_ints>);
+    std::size_t const lengths[] = {0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 100, 257};
+    unsigned const counts[] = {1, 2, 3, 5};
+    std::size_t const thread_counts[] = {1, 3, 32};
+    std::size_t const max_n = 257, room = max_n + 64;
+    // Storage on 16-byte boundaries: five operands and an output, each with room for an offset
+    // of up to 16 bytes and a guard either side.
+    std::vector<sixteen_bytes> storage(6 * (room * sizeof(T) / 16 + 4));
+    auto* const base = reinterpret_cast<unsigned char*>(storage.data());
+    auto const region = [&](unsigned k) { return base + 16 + k * (room * sizeof(T) / 16 + 4) * 16; };
+    auto const finish = [](T x) {
+        if constexpr (std::is_same_v<T, twelve_bytes>) return twelve_bytes{x.a, x.b, x.c + 100};
+        else if constexpr (std::is_same_v<T, two_ints>) return two_ints{x.a + 100, x.b};
+        else return static_cast<T>(x + 1);
+    };
+    for (bool in_place : {false, true}) {
+        for (std::size_t off = 0; off < 16; off += alignof(T)) {
+            for (bool misaligned_operand : {false, true}) {
+                for (unsigned count : counts) {
+                    for (std::size_t n : lengths) {
+                        for (std::size_t threads : thread_counts) {
+                            CAPTURE(in_place);
+                            CAPTURE(off);
+                            CAPTURE(misaligned_operand);
+                            CAPTURE(count);
+                            CAPTURE(n);
+                            CAPTURE(threads);
+                            if (in_place && misaligned_operand && count == 1) continue;  // `out` would overlap its operand
+                            std::array<T*, 5> in{};
+                            for (unsigned r = 0; r < count; ++r) {
+                                // The last operand off by one alignment step (never `out` itself, in place).
+                                std::size_t const shift = misaligned_operand && r == count - 1 ? alignof(T) : 0;
+                                in[r] = reinterpret_cast<T*>(region(r) + off + shift);
+                                for (std::size_t i = 0; i < n; ++i) in[r][i] = element<T>(i, r);
+                            }
+                            unsigned char* const out_bytes = in_place ? region(0) + off : region(5) + off;
+                            auto* const out = reinterpret_cast<T*>(out_bytes);
+                            std::vector<T> want(n);
+                            for (std::size_t i = 0; i < n; ++i) {
+                                T acc = element<T>(i, 0);
+                                for (unsigned r = 1; r < count; ++r) acc = combine(acc, element<T>(i, r));
+                                want[i] = finish(acc);
+                            }
+                            std::memset(out_bytes - 16, 0xEE, 16);
+                            std::memset(out_bytes + n * sizeof(T), 0xEE, 16);
+                            if (!in_place) std::memset(out_bytes, 0xEE, n * sizeof(T));
+                            std::size_t single = 0, wide = 0, unaligned = 0;
+                            auto const operand = [&](unsigned r) { return static_cast<T const*>(in[r]); };
+                            for (std::size_t t = 0; t < threads; ++t)
+                                d::fold_elements(out, operand, count, n, t, threads, [](T a, T b) { return combine(a, b); }, finish,
+                                                 counting_loads{&single, &wide, &unaligned});
+                            std::size_t bad = 0;
+                            for (std::size_t i = 0; i < n; ++i) bad += !same(out[i], want[i]);
+                            CHECK(bad == 0);
+                            CHECK(std::count(out_bytes - 16, out_bytes, 0xEE) == 16);
+                            CHECK(std::count(out_bytes + n * sizeof(T), out_bytes + n * sizeof(T) + 16, 0xEE) == 16);
+                            // The loads: every operand of every element once, wide where they line up.
+                            d::wide_split const s = d::split_wide(static_cast<T const*>(out), operand, count, n);
+                            std::size_t const k = widens ? 16 / sizeof(T) : 1;
+                            CHECK(unaligned == 0);
+                            CHECK(single + wide * k == n * count);
+                            CHECK(wide == s.wide * count);
+                            CHECK(d::wide_items<T>(s, n) == (widens ? s.wide + n - s.wide * k : n));
+                            // Lined up: every pointer at `off`, whole elements short of a boundary.
+                            bool const lined_up = widens && !misaligned_operand && ((16 - off) % 16) % sizeof(T) == 0;
+                            std::size_t const head = ((16 - off) % 16) / sizeof(T);
+                            if (lined_up && n >= head) {
+                                CHECK(s.head == head);
+                                CHECK(s.wide == (n - head) / k);
+                            }
+                            if (!lined_up) CHECK(s.wide == 0);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -9,6 +9,7 @@
 // One mutex serialises the copies of all ranks: the receiver reads a slot only after the
 // sender's copy into it, both under the lock, which is also the order ThreadSanitizer sees.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include <chorus/detail/elementwise.hpp>
 #include <chorus/error.hpp>
 #include <chorus/memory.hpp>
 #include <chorus/transport/signals.hpp>
@@ -162,19 +164,40 @@ private:
 
 /// Host memory that also folds many operands in one pass, as a device's memory space does
 /// (detail::folding_space; cuda_device_memory folds in one kernel), up to 3 at once: the
-/// one_shot fold's one-pass path runs at 2 and 3 ranks, the pairwise one beyond.
+/// one_shot fold's one-pass path runs at 2 and 3 ranks, the pairwise one beyond. Its fold,
+/// reduce and finalize are cuda_device_memory's passes (detail::fold_elements with the same
+/// operands, step and finish), each thread of a 5-thread "grid" in turn.
 struct folding_host_memory : chorus::host_memory {
     static constexpr std::size_t max_fold = 3;
     static inline std::atomic<long> folds{0};
+    template <class T, class Step, class Finish>
+    static void pass(T* out, std::span<T const* const> parts, std::size_t n, Step const& step, Finish const& finish) {
+        constexpr std::size_t threads = 5;
+        for (std::size_t t = 0; t < threads; ++t)
+            chorus::detail::fold_elements(out, chorus::detail::operand_array<T>{parts.data()}, static_cast<unsigned>(parts.size()), n, t,
+                                          threads, step, finish);
+    }
     template <class T, class Op>
     static void fold(std::span<T> out, std::span<T const* const> parts, Op const& op, chorus::rank_t p) {
         ++folds;
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            T acc = static_cast<T>(op(parts[0][i], parts[1][i]));
-            for (std::size_t r = 2; r < parts.size(); ++r) acc = static_cast<T>(op(acc, parts[r][i]));
-            out[i] = acc;  // every operand of element i read before it is written: out may be one
+        pass(out.data(), parts, out.size(), op, chorus::detail::op_finish<Op>{op, p});
+    }
+    template <class T, class Op>
+    static void reduce(std::span<T> out, std::span<T const> a, std::span<T const> b, Op const& op) {
+        std::array<T const*, 2> const parts{a.data(), b.data()};
+        pass(out.data(), std::span<T const* const>(parts), out.size(), op, chorus::detail::keep_value{});
+    }
+    template <class T, class Op>
+    static void reduce(std::span<T> acc, std::span<T const> in, Op const& op, bool in_first) {
+        if (in_first) reduce(acc, in, std::span<T const>(acc), op);
+        else reduce(acc, std::span<T const>(acc), in, op);
+    }
+    template <class T, class Op>
+    static void finalize(std::span<T> data, Op const& op, chorus::rank_t p) {
+        if constexpr (chorus::has_finalize<Op, T>) {
+            std::array<T const*, 1> const parts{data.data()};
+            pass(data.data(), std::span<T const* const>(parts), data.size(), chorus::detail::keep_value{}, chorus::detail::op_finish<Op>{op, p});
         }
-        chorus::host_memory::finalize(out, op, p);
     }
 };
 

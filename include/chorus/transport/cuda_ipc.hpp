@@ -54,6 +54,7 @@
 #include <unistd.h>
 
 #include <chorus/config.hpp>
+#include <chorus/detail/elementwise.hpp>
 #include <chorus/detail/env.hpp>
 #include <chorus/detail/select.hpp>
 #include <chorus/error.hpp>
@@ -91,34 +92,34 @@ inline unsigned cuda_grid(std::size_t n) noexcept {
     return static_cast<unsigned>(blocks < 65535u * 8u ? (blocks ? blocks : 1) : 65535u * 8u);
 }
 
-template <class T, class Op>
-__global__ void cuda_reduce_kernel(T* out, T const* a, T const* b, std::size_t n, Op op) {
-    for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-        out[i] = static_cast<T>(op(a[i], b[i]));
-}
-
-// out[i] = parts[0][i] op ... op parts[count-1][i], finished (direct_fold): the operands are
-// this rank's block and its peers' slots, read where they lie (IPC-mapped).
+// The operands of one elementwise pass (reduce: two; fold: this rank's block and its peers'
+// slots, read where they lie, IPC-mapped; finish: one), a kernel argument.
 inline constexpr std::size_t cuda_max_fold = 16;
 template <class T>
 struct cuda_fold_parts {
     T const* part[cuda_max_fold];
     unsigned count;
 };
-template <class T, class Op>
-__global__ void cuda_fold_kernel(T* out, cuda_fold_parts<T> parts, std::size_t n, Op op, rank_t p) {
-    for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
-        T acc = static_cast<T>(op(parts.part[0][i], parts.part[1][i]));
-        for (unsigned r = 2; r < parts.count; ++r) acc = static_cast<T>(op(acc, parts.part[r][i]));
-        if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
-        out[i] = acc;
-    }
+
+// The 16-bit types are why the passes go 16 bytes at a time: they must take the wide path.
+static_assert(widens_v<__half> && widens_v<__nv_bfloat16> && widens_v<float> && widens_v<double>);
+
+// out[i] = finish(parts[0][i] step ... step parts[count-1][i]), 16 bytes per operand per load
+// where the operands line up (detail/elementwise.hpp). __grid_constant__: the pass indexes the
+// operands' array, which is then read where the launch put it instead of copied per thread.
+// split_wide runs on the host too, to size the grid by the split's work items.
+template <class T, class Step, class Finish>
+__global__ void cuda_elementwise_kernel(T* out, __grid_constant__ cuda_fold_parts<T> const parts, std::size_t n, Step const step,
+                                        Finish const finish) {
+    fold_elements(out, operand_array<T>{parts.part}, parts.count, n, blockIdx.x * std::size_t{blockDim.x} + threadIdx.x,
+                  std::size_t{gridDim.x} * blockDim.x, step, finish);
 }
 
-template <class T, class Op>
-__global__ void cuda_finalize_kernel(T* data, std::size_t n, Op op, rank_t p) {
-    for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
-        data[i] = static_cast<T>(op.finalize(data[i], p));
+template <class T, class Step, class Finish>
+void cuda_elementwise(T* out, cuda_fold_parts<T> const& parts, std::size_t n, Step const& step, Finish const& finish, char const* what) {
+    wide_split const s = split_wide(out, operand_array<T>{parts.part}, parts.count, n);
+    cuda_elementwise_kernel<<<cuda_grid(wide_items<T>(s, n)), cuda_block, 0, cuda_stream()>>>(out, parts, n, step, finish);
+    cuda_check(cudaGetLastError(), what);
 }
 
 // Scratch and staging come from a pool of chorus's own per device, stream-ordered
@@ -196,7 +197,13 @@ struct cuda_signal_sync {
         if constexpr (sizeof(T) == 8 && alignof(T) == 8) return bits_as<T>(__ldcg(reinterpret_cast<unsigned long long const*>(p)));
         else if constexpr (sizeof(T) == 4 && alignof(T) == 4) return bits_as<T>(__ldcg(reinterpret_cast<unsigned const*>(p)));
         else if constexpr (sizeof(T) == 2 && alignof(T) == 2) return bits_as<T>(__ldcg(reinterpret_cast<unsigned short const*>(p)));
-        else return *p;
+        else if constexpr (sizeof(T) == 1) return bits_as<T>(__ldcg(reinterpret_cast<unsigned char const*>(p)));
+        else if constexpr (sizeof(T) == 16 && alignof(T) == 16) return bits_as<T>(__ldcg(reinterpret_cast<uint4 const*>(p)));
+        else return *p;  // other sizes and alignments: through L1, which a launch before may have filled
+    }
+    template <class T>
+    __device__ wide_vector<T> load_wide(T const* p) const {
+        return bits_as<wide_vector<T>>(__ldcg(reinterpret_cast<uint4 const*>(p)));
     }
     template <class T, class U>
     __device__ static T bits_as(U u) {
@@ -292,11 +299,9 @@ struct cuda_device_memory {
     /// out[i] = op(a[i], b[i]); `out` may be `a` or `b` (elementwise, so aliasing is safe).
     template <class T, class Op>
     static void reduce(std::span<T> out, std::span<T const> a, std::span<T const> b, Op const& op) {
-        std::size_t const n = out.size();
-        if (n == 0) return;
-        detail::cuda_reduce_kernel<<<detail::cuda_grid(n), detail::cuda_block, 0, detail::cuda_stream()>>>(out.data(), a.data(),
-                                                                                                         b.data(), n, op);
-        detail::cuda_check(cudaGetLastError(), "chorus reduction kernel launch");
+        if (out.empty()) return;
+        detail::cuda_fold_parts<T> args{{a.data(), b.data()}, 2};
+        detail::cuda_elementwise(out.data(), args, out.size(), op, detail::keep_value{}, "chorus reduction kernel launch");
     }
 
     /// out[i] = parts[0][i] op ... op parts[k-1][i], then the op's finish, in one kernel (the
@@ -311,18 +316,16 @@ struct cuda_device_memory {
         detail::cuda_fold_parts<T> args{};
         for (std::size_t r = 0; r < parts.size(); ++r) args.part[r] = parts[r];
         args.count = static_cast<unsigned>(parts.size());
-        detail::cuda_fold_kernel<<<detail::cuda_grid(out.size()), detail::cuda_block, 0, detail::cuda_stream()>>>(out.data(), args,
-                                                                                                                out.size(), op, p);
-        detail::cuda_check(cudaGetLastError(), "chorus fold kernel launch");
+        detail::cuda_elementwise(out.data(), args, out.size(), op, detail::op_finish<Op>{op, p}, "chorus fold kernel launch");
     }
 
     template <class T, class Op>
     static void finalize(std::span<T> data, Op const& op, rank_t p) {
         if constexpr (has_finalize<Op, T>) {
             if (data.empty()) return;
-            detail::cuda_finalize_kernel<<<detail::cuda_grid(data.size()), detail::cuda_block, 0, detail::cuda_stream()>>>(
-                data.data(), data.size(), op, p);
-            detail::cuda_check(cudaGetLastError(), "chorus finalize kernel launch");
+            detail::cuda_fold_parts<T> args{{data.data()}, 1};
+            detail::cuda_elementwise(data.data(), args, data.size(), detail::keep_value{}, detail::op_finish<Op>{op, p},
+                                     "chorus finalize kernel launch");
         }
     }
 

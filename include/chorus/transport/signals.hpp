@@ -49,6 +49,7 @@
 #include <thread>
 
 #include <chorus/config.hpp>
+#include <chorus/detail/elementwise.hpp>
 #include <chorus/fwd.hpp>
 
 namespace chorus::detail {
@@ -160,6 +161,11 @@ public:
     template <class T>
     CHORUS_HOST_DEVICE T load(T const* p) const {
         return sync_.load(p);
+    }
+    /// 16 bytes of elements at `p`, 16-byte aligned, read as load() reads one.
+    template <class T>
+    CHORUS_HOST_DEVICE wide_vector<T> load_wide(T const* p) const {
+        return sync_.load_wide(p);
     }
 
     /// Before the body: the launch's number, from this rank's pad.
@@ -332,6 +338,10 @@ struct host_signal_sync {
     template <class T>
     static T load(T const* p) {
         return *p;
+    }
+    template <class T>
+    static wide_vector<T> load_wide(T const* p) {
+        return plain_loads{}.load_wide(p);
     }
 };
 

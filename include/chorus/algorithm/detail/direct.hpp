@@ -23,6 +23,7 @@
 
 #include <chorus/algorithm/detail/collective.hpp>
 #include <chorus/algorithm/detail/shape.hpp>
+#include <chorus/detail/elementwise.hpp>
 #include <chorus/detail/schedule.hpp>
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
@@ -159,10 +160,13 @@ bool launch_signaled(Transport& tp, collective_kind kind, std::size_t bytes, ran
     return false;
 }
 
-/// A lane's copy of its share of `from` into `to` (a signaled body's).
+/// A lane's copy of its share of `from` into `to` (a signaled body's), 16 bytes per load where
+/// both line up (detail/elementwise.hpp).
 template <class Channel, class T>
 CHORUS_HOST_DEVICE void lane_copy(Channel& c, lane_span share, T const* from, T* to) {
-    for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) to[i] = c.load(from + i);
+    T const* const in = from + share.first;
+    fold_elements(to + share.first, [&](unsigned) { return in; }, 1, share.last - share.first, c.thread(), c.threads(), keep_value{},
+                  keep_value{}, c);
 }
 
 /// A lane's copy of its share of each of the p blocks of `n` elements of `send` into this rank's
@@ -177,16 +181,13 @@ CHORUS_HOST_DEVICE void lane_publish_blocks(Channel& c, lane_span share, T const
 }
 
 /// A lane's fold of its share of every rank's slot, from element `at` of each, in rank order
-/// and the op's finish included, into `out` (a signaled allreduce's or reduce_scatter's).
+/// and the op's finish included, into `out` (a signaled allreduce's or reduce_scatter's), 16
+/// bytes per load where the slots and `out` line up.
 template <class Channel, class T, class Op>
 CHORUS_HOST_DEVICE void lane_fold(Channel& c, lane_span share, std::size_t at, T* out, Op const& op) {
-    rank_t const p = c.size();
-    for (std::size_t i = share.first + c.thread(); i < share.last; i += c.threads()) {
-        T acc = c.load(reinterpret_cast<T const*>(c.slot(0)) + at + i);
-        for (rank_t r = 1; r < p; ++r) acc = static_cast<T>(op(acc, c.load(reinterpret_cast<T const*>(c.slot(r)) + at + i)));
-        if constexpr (has_finalize<Op, T>) acc = static_cast<T>(op.finalize(acc, p));
-        out[i] = acc;
-    }
+    auto const in = [&](unsigned r) { return reinterpret_cast<T const*>(c.slot(static_cast<rank_t>(r))) + at + share.first; };
+    fold_elements(out + share.first, in, static_cast<unsigned>(c.size()), share.last - share.first, c.thread(), c.threads(), op,
+                  op_finish<Op>{op, c.size()}, c);
 }
 
 /// The rounds that cover `n` elements, `k` per round: at least one (an empty collective still
