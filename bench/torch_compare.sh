@@ -12,8 +12,8 @@
 #   OUT_DIR    default $OUT/torch-compare when $OUT is set (the device tool brings back only what
 #              is under $OUT), else docs/bench/torch/<UTC date>
 # Environment:
-#   TORCH_PYTHON    an interpreter with torch (default: the first of /usr/bin/python3, python3
-#                   that imports torch.distributed with Gloo)
+#   TORCH_PYTHON    an interpreter with torch (default: the first of python3 on PATH,
+#                   /usr/bin/python3 that imports torch.distributed with Gloo)
 #   TORCH_BENCH     torch_bench.py (default gpu-peers/torch_bench.py in the checkout — copy it
 #                   there from ../shared/peers and carry gpu-peers/ along to a device machine —
 #                   else ../shared/peers/torch_bench.py); TCP_BENCH_SRC likewise tcp_bench.cpp
@@ -44,7 +44,7 @@ tcp_src=$(pick "${TCP_BENCH_SRC:-}" tcp_bench.cpp)
 [ -f "$torch_bench" ] || { echo "torch_compare.sh: no torch_bench.py (set TORCH_BENCH, or copy it into gpu-peers/)" >&2; exit 1; }
 python=${TORCH_PYTHON:-}
 if [ -z "$python" ]; then
-    for c in /usr/bin/python3 python3; do
+    for c in python3 /usr/bin/python3; do
         if "$c" -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null; then python=$c; break; fi
     done
 fi
@@ -58,18 +58,24 @@ rounds=${COMPARE_ROUNDS:-1}
 limit=${TORCH_STEP_S:-300}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "torch_compare.sh: COMPARE_ROUNDS must be a positive whole number, not '$rounds'" >&2; exit 1; }
 
-if [ ! -x "$build/chorusrun" ] || [ ! -x "$build/bench/chorus_bench" ]; then
+# A CMake build directory is brought up to date (so the rows are this checkout's); one without
+# CMake's cache (tests/gpu/pack.sh's build-gpu/cpu, stripped binaries) is taken as it is.
+if [ -f "$build/CMakeCache.txt" ] || [ ! -x "$build/chorusrun" ] || [ ! -x "$build/bench/chorus_bench" ]; then
     say "building chorusrun and chorus_bench in $build"
-    generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
-    cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_EXAMPLES=OFF \
-        >"$out/configure.log" 2>&1 && cmake --build "$build" -j "$cores" --target chorusrun chorus_bench >"$out/build.log" 2>&1 ||
+    if [ ! -f "$build/CMakeCache.txt" ]; then
+        generator=(); command -v ninja >/dev/null && generator=(-G Ninja)
+        cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCHORUS_BUILD_TESTS=OFF -DCHORUS_BUILD_EXAMPLES=OFF \
+            >"$out/configure.log" 2>&1 || { echo "torch_compare.sh: configure failed (see $out/configure.log)" >&2; exit 1; }
+    fi
+    cmake --build "$build" -j "$cores" --target chorusrun chorus_bench >"$out/build.log" 2>&1 ||
         { echo "torch_compare.sh: build failed (see $out/build.log)" >&2; exit 1; }
+    rm -f "$out/configure.log" "$out/build.log"
 fi
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "cpus: $cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'))"
     echo "torch: $("$python" -c 'import torch; print(torch.__version__)') ($python)"
-    echo "chorus: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "chorus: $(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown) (binaries in $build)"
     echo "ranks: $ranks; sizes: $sizes; iterations x$scale; rounds: $rounds (each row: the fastest round's median)"
 } | tee "$out/machine.txt"
 
@@ -77,7 +83,7 @@ fi
 : >"$out/tcp_bench.txt"
 if [ -f "$tcp_src" ] && ${CXX:-g++} -std=c++20 -O2 -o "$out/tcp_bench" "$tcp_src" 2>"$out/tcp_bench.build.log"; then
     timeout 60 "$out/tcp_bench" | tee "$out/tcp_bench.txt"
-    rm -f "$out/tcp_bench"
+    rm -f "$out/tcp_bench" "$out/tcp_bench.build.log"
 else
     say "no tcp_bench (source $tcp_src): no single-stream ceiling"
 fi
@@ -96,9 +102,12 @@ step() {  # step FILE COMMAND...: its rows appended to FILE, bounded by the limi
 for round in $(seq 1 "$rounds"); do
     echo "# round $round of $rounds" | tee -a "$out/torch.txt" >>"$out/chorus.txt"
     for n in $ranks; do
-        # The launcher waits for an idle machine before each rank count (30 s at most here).
-        step "$out/torch.txt" env PEERS_SIZES="$sizes" PEERS_OPS="$ops" PEERS_ITER_SCALE="$scale" PEERS_IDLE_WAIT_S="${PEERS_IDLE_WAIT_S:-30}" \
-            "$python" "$torch_bench" --ranks "$n"
+        # The launcher waits for an idle machine before each rank count (30 s at most here), and
+        # prints a rank count's rows only once its run ended: its own limit, inside this step's,
+        # and no retry, so that a slow run still reports what it measured.
+        idle=${PEERS_IDLE_WAIT_S:-30}
+        step "$out/torch.txt" env PEERS_SIZES="$sizes" PEERS_OPS="$ops" PEERS_ITER_SCALE="$scale" PEERS_IDLE_WAIT_S="$idle" \
+            PEERS_TIMEOUT_S=$((limit - idle - 20)) PEERS_RETRIES="${PEERS_RETRIES:-0}" "$python" "$torch_bench" --ranks "$n"
         for transport in tcp shm; do
             step "$out/chorus.txt" "$build/chorusrun" --no-prefix -n "$n" "$build/bench/chorus_bench" --sizes "$sizes" --ops "$ops" \
                 --algo auto --transport "$transport" --iter-scale "$scale"
@@ -111,6 +120,7 @@ rm -f "$out/step.log"
 # time / chorus's (> 1: chorus faster); stream_pct = the tcp allreduce's busbw / the best stream.
 awk '
     /^ceiling tcp_stream/ { for (i = 1; i <= NF; i++) if ($i ~ /^GBps=/) { g = substr($i, 6) + 0; if (g > stream) stream = g } next }
+    /^# exit/ { failed = failed "\n# step failed: " substr($0, 3) }
     /^#/ || NF < 9 || $1 == "op" || $5 ~ /[^0-9]/ { next }
     {
         key = $1 " " $3 " " $4
@@ -122,14 +132,15 @@ awk '
     function cell(key, lib) { return ((key, lib) in t) ? sprintf("%12.1f", t[key, lib]) : sprintf("%12s", "-") }
     function speed(key, lib) { return ((key, "torch") in t && (key, lib) in t && t[key, lib] > 0) ? sprintf("%8.2f", t[key, "torch"] / t[key, lib]) : sprintf("%8s", "-") }
     END {
-        printf "# torch.distributed (Gloo) against chorus (automatic choice), same run; x = torch time / chorus time; single stream %.2f GB/s\n", stream
+        printf "# torch.distributed (Gloo) against chorus (automatic choice), same run; x = torch time / chorus time; single stream %s%s\n", (stream > 0 ? sprintf("%.2f GB/s", stream) : "none (no tcp_bench)"), failed
         printf "%-15s %5s %12s %12s %12s %8s %12s %8s %10s %10s %6s\n", "op", "ranks", "bytes", "torch_us", "tcp_us", "tcp_x", "shm_us", "shm_x", "tcp_busbw", "stream_pct", "wrong"
         for (k in keys) {
             split(k, f, " ")
             pct = (f[1] == "allreduce" && stream > 0 && (k, "tcp") in bus) ? sprintf("%10.0f", 100 * bus[k, "tcp"] / stream) : sprintf("%10s", "-")
-            printf "%-15s %5s %12s %s %s %s %s %s %10.3f %s %6d\n", f[1], f[2], f[3], cell(k, "torch"), cell(k, "tcp"), speed(k, "tcp"), cell(k, "shm"), speed(k, "shm"), bus[k, "tcp"], pct, w[k, "torch"] + w[k, "tcp"] + w[k, "shm"]
+            tb = ((k, "tcp") in bus) ? sprintf("%10.3f", bus[k, "tcp"]) : sprintf("%10s", "-")
+            printf "%-15s %5s %12s %s %s %s %s %s %s %s %6d\n", f[1], f[2], f[3], cell(k, "torch"), cell(k, "tcp"), speed(k, "tcp"), cell(k, "shm"), speed(k, "shm"), tb, pct, w[k, "torch"] + w[k, "tcp"] + w[k, "shm"]
         }
     }' "$out/tcp_bench.txt" "$out/torch.txt" "$out/chorus.txt" >"$out/ratios.raw"
-{ sed -n '1,2p' "$out/ratios.raw"; tail -n +3 "$out/ratios.raw" | sort -k1,1 -k2,2n -k3,3n; } >"$out/ratios.txt"
+{ grep '^#\|^op ' "$out/ratios.raw"; grep -v '^#\|^op ' "$out/ratios.raw" | sort -k1,1 -k2,2n -k3,3n; } >"$out/ratios.txt"
 rm -f "$out/ratios.raw"
 cat "$out/ratios.txt"

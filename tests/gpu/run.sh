@@ -3,7 +3,8 @@
 # 8 minutes, so that a 15-minute device allowance leaves room for a rerun).
 #   tests/gpu/run.sh [BUILD_DIR]     (default build-cuda; results also under $OUT if set)
 # 1. Builds the CUDA targets (-DCHORUS_WITH_CUDA=ON) unless BUILD_DIR already has them (they can
-#    be built on a machine without a GPU and carried: cudart is linked statically).
+#    be built on a machine without a GPU and carried: cudart is linked statically;
+#    tests/gpu/pack.sh strips them into build-gpu/, small enough to carry).
 # 2. Runs the CUDA test suite: every collective x algorithm x op x dtype on 2 and 4 ranks
 #    sharing the GPU(s), and on 3 ranks through small FIFOs and one_shot slots (every message
 #    many chunks, every one_shot collective of more than a few elements many rounds), the
