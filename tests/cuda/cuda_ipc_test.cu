@@ -460,6 +460,32 @@ int matrix() {
             }
             chorus::deregister_buffer(tp, reg);
         }
+        // The fold's operands out of line: rank r's vector starts r elements further into its
+        // allocation, so the ranks' slices lie at different offsets modulo 16 and two_shot's fold
+        // goes element by element (detail/elementwise.hpp); then half and bfloat16, lined up (16
+        // bytes per load, with a head and a tail where a slice starts mid-vector) and out of line.
+        {
+            std::size_t const m = n - 8, shift = static_cast<std::size_t>(tp.rank());
+            std::span<float> const shifted = big.span().subspan(1000 + shift, m);
+            load(shifted, contribution<float, chorus::sum>(tp.rank(), m));
+            chorus::allreduce<chorus::two_shot>(tp, shifted, chorus::sum{});
+            t.compare("allreduce<two_shot> float sum 24 MiB, rank r's vector r elements further in", read(shifted), want, 1e-6);
+            auto const sixteen_bits = [&]<class H>() {
+                device_array<H> h(m + 8);
+                for (std::size_t s : {std::size_t{0}, shift}) {
+                    std::span<H> const v = h.span().subspan(s, m);
+                    auto const mine = contribution<H, chorus::sum>(tp.rank(), m);
+                    check_cuda(cudaMemcpy(v.data(), mine.data(), m * sizeof(H), cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+                    chorus::allreduce<chorus::two_shot>(tp, v, chorus::sum{});
+                    std::vector<H> got(m);
+                    check_cuda(cudaMemcpy(got.data(), v.data(), m * sizeof(H), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+                    t.compare(std::string("allreduce<two_shot> ") + type_name<H>() + " sum 12 MiB" + (s ? ", rank r's vector r elements further in" : ""),
+                              got, [&](std::size_t i) { return expected<H, chorus::sum>(p, i); }, tolerance<H>());
+                }
+            };
+            sixteen_bits.template operator()<__half>();
+            sixteen_bits.template operator()<__nv_bfloat16>();
+        }
         float* pooled = nullptr;
         if (tp.rank() == 0) check_cuda(cudaMallocAsync(reinterpret_cast<void**>(&pooled), n * sizeof(float), nullptr), "cudaMallocAsync");
         else check_cuda(cudaMalloc(reinterpret_cast<void**>(&pooled), n * sizeof(float)), "cudaMalloc");
