@@ -397,10 +397,17 @@ public:
     /// its mapping) now, on a stream of its own: a kernel spinning on chorus's stream sees it.
     void raise(std::uint64_t* word, std::uint64_t value) noexcept {
         [[maybe_unused]] auto const current = scoped_current();  // a failure on a thread whose device is another
+        // A failure raised while this thread captures a graph (a collective refused inside a
+        // capture) must leave the program's capture valid: in the default (global) mode a copy
+        // from pageable memory counts as unsafe there and would invalidate it. Relaxed mode for
+        // this thread while the copy runs on a stream of its own, as NCCL's side-stream work does.
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        bool const swapped = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
         if (!side_ && cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking) != cudaSuccess) side_ = nullptr;
         // From pageable memory the copy is staged before the call returns; the wait is for it alone.
         if (side_ && cudaMemcpyAsync(word, &value, sizeof value, cudaMemcpyHostToDevice, side_) == cudaSuccess)
             (void)cudaStreamSynchronize(side_);
+        if (swapped) (void)cudaThreadExchangeStreamCaptureMode(&mode);  // back to the thread's own mode
         (void)cudaGetLastError();
     }
     /// Whether chorus's stream is being captured into a CUDA graph.
