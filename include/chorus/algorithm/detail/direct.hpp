@@ -28,7 +28,6 @@
 #include <chorus/detail/tags.hpp>
 #include <chorus/error.hpp>
 #include <chorus/fwd.hpp>
-#include <chorus/reduce/traits.hpp>
 #include <chorus/transport/concepts.hpp>
 #include <chorus/transport/signals.hpp>
 
