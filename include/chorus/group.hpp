@@ -80,6 +80,17 @@ public:
         return parent_->timeout();
     }
 
+    /// The ring allreduce's segment over this group (detail::ring_segment_bytes_of): what the
+    /// parent asks for these ranks where it depends on them (node_transport: a group inside one
+    /// host rings through memory, one across hosts over TCP), else what it asks for its own.
+    std::size_t ring_segment_bytes() const noexcept {
+        if constexpr (requires(Parent const& p, std::span<rank_t const> m) {
+                          { p.ring_segment_bytes(m) } -> std::convertible_to<std::size_t>;
+                      })
+            return parent_->ring_segment_bytes(std::span<rank_t const>(members_));
+        else return detail::ring_segment_bytes_of(*parent_);
+    }
+
     request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         return parent_->isend(to_parent(peer), to_parent_tag(tag), bytes);
     }

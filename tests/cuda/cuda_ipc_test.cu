@@ -534,9 +534,9 @@ int generic() {
     static_assert(chorus::registering_transport<chorus::cuda_ipc_transport>);
     // The ring's segments follow the transport: 4 MiB messages on the device, 1 MiB over TCP,
     // 256 KiB by default (the loopback transport declares none).
-    static_assert(chorus::detail::ring_segment_elements<chorus::cuda_ipc_transport, float>() == (std::size_t{1} << 20));
-    static_assert(chorus::detail::ring_segment_elements<chorus::tcp_transport, float>() == (std::size_t{1} << 18));
-    static_assert(chorus::detail::ring_segment_elements<chorus::loopback_transport, float>() == 65536);
+    static_assert(chorus::detail::declared_ring_segment_bytes<chorus::cuda_ipc_transport>() == (std::size_t{4} << 20));
+    static_assert(chorus::detail::declared_ring_segment_bytes<chorus::tcp_transport>() == (std::size_t{1} << 20));
+    static_assert(chorus::detail::declared_ring_segment_bytes<chorus::loopback_transport>() == (std::size_t{256} << 10));
     chorus::barrier(dev);
     return report(dev, t, "generic");
 }

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 #include <utility>
 
 int run_node(std::string const& transport, std::string const& mode, mode_args const& arg) {
@@ -20,5 +21,18 @@ int run_node(std::string const& transport, std::string const& mode, mode_args co
     }
     chorus::node_transport tp(std::move(config));
     std::printf("rank %d: node %d of %d, %d ranks on it\n", tp.rank(), tp.node(), tp.nodes(), tp.local_size());
+    // Rings that cross hosts cut TCP's segments, rings inside one shared memory's: the whole
+    // group where there are several nodes, a rail where it has several ranks (one per node; a
+    // node larger than the others has rails of one), the node's own ranks never.
+    std::size_t const tcp = chorus::detail::declared_ring_segment_bytes<chorus::tcp_transport>(),
+                      shm = chorus::detail::declared_ring_segment_bytes<chorus::shm_transport>(), across = tp.nodes() > 1 ? tcp : shm;
+    auto& h = tp.hierarchy();
+    for (auto [what, got, want] : {std::tuple{"the group", chorus::detail::ring_segment_bytes_of(tp), across},
+                                   std::tuple{"its node", chorus::detail::ring_segment_bytes_of(h.local()), shm},
+                                   std::tuple{"its rail", chorus::detail::ring_segment_bytes_of(h.rail()), h.rail().size() > 1 ? tcp : shm}})
+        if (got != want) {
+            std::fprintf(stderr, "rank %d: the ring segment over %s is %zu bytes, not %zu\n", tp.rank(), what, got, want);
+            return 1;
+        }
     return run(tp, mode, arg);
 }

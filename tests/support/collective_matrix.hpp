@@ -172,7 +172,7 @@ void allreduce_pipelined(Tp& tp, failures& f) {
     run({64, 4}, {4099});
 
     // The default segment size: blocks of two segments and a few elements.
-    std::size_t const big = up * (2 * chorus::detail::ring_segment_elements<Tp, float>() + 3) + 1;
+    std::size_t const big = up * (2 * chorus::detail::ring_segment_elements<float>(tp) + 3) + 1;
     std::vector<float> v(big);
     for (std::size_t i = 0; i < big; ++i) v[i] = value<float>(op_kind::sum, tp.rank(), i);
     chorus::allreduce<chorus::ring>(tp, v, chorus::sum{});
@@ -181,7 +181,7 @@ void allreduce_pipelined(Tp& tp, failures& f) {
 
     // Sums that round: every rank must still hold the same bits (each element is reduced
     // once and copied), with segments of every size.
-    for (std::size_t segment : {std::size_t{1}, std::size_t{7}, chorus::detail::ring_segment_elements<Tp, float>()}) {
+    for (std::size_t segment : {std::size_t{1}, std::size_t{7}, chorus::detail::ring_segment_elements<float>(tp)}) {
         std::size_t const n = up * 40 + 3;
         std::vector<float> mine(n);
         for (std::size_t i = 0; i < n; ++i)
@@ -590,6 +590,15 @@ void groups(Tp& tp, failures& f) {
         column->rank() != columns - 1 - me / width)
         f.add("split: " + where + " has row rank " + std::to_string(row->rank()) + " of " + std::to_string(row->size()) +
               ", column rank " + std::to_string(column->rank()) + " of " + std::to_string(column->size()));
+    // A group's ring cuts the segments its parent asks for, for the group's ranks where that
+    // depends on them (node_transport), else for its own (tcp_transport's 1 MiB, not 256 KiB).
+    for (auto const* g : {&*row, &*column}) {
+        std::size_t want = chorus::detail::ring_segment_bytes_of(tp);
+        if constexpr (requires { tp.ring_segment_bytes(g->members()); }) want = tp.ring_segment_bytes(g->members());
+        if (std::size_t const got = chorus::detail::ring_segment_bytes_of(*g); got != want)
+            f.add("split: " + where + ": a group's ring segment is " + std::to_string(got) + " bytes, its parent asks for " +
+                  std::to_string(want));
+    }
     // Sums over the row and over the column, both in flight at once, waited in reverse.
     for (std::size_t n : sizes(p)) {
         std::vector<long> by_row(n), by_column(n);

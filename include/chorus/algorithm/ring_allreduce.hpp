@@ -13,9 +13,8 @@
 // and receives block r - s - 1 (mod p), and what it receives in step s is what it sends in
 // step s + 1.
 // Segments: every block is cut into the same number k of near-equal segments, k =
-// ceil(largest block / S) for a segment of S elements (detail::ring_segment_bytes, or the
-// transport's own Transport::ring_segment_bytes where it declares one; at least one
-// element), so a vector of at most p * S elements is one segment per block and the
+// ceil(largest block / S) for a segment of S elements (detail::ring_segment_bytes_of: 256 KiB,
+// or what the transport asks for; at least one element), so a vector of at most p * S elements is one segment per block and the
 // schedule is exactly the unsegmented ring. Chunk c = s * k + j is segment j of step s.
 // Pipeline: chunk c is forwarded as chunk c + k the moment it has been received (and, in
 // the reduce-scatter, reduced; in step p-2 also finalized), while the receives of the next
@@ -53,18 +52,14 @@ namespace chorus {
 
 namespace detail {
 
-// 256 KiB segments: large enough that the per-message cost (a syscall, a header) is small
-// next to the transfer, small enough that a 4-segment window pipelines vectors of a few MiB.
-// A transport whose messages cost more, or move faster, declares its own (cuda_ipc does).
-inline constexpr std::size_t ring_segment_bytes = 256 * 1024;
 // Chunks in flight each way; also the number of scratch segments.
 inline constexpr std::size_t ring_window = 4;
 
-template <class Transport, class T>
-constexpr std::size_t ring_segment_elements() noexcept {
-    std::size_t bytes = ring_segment_bytes;
-    if constexpr (requires { std::size_t{Transport::ring_segment_bytes}; }) bytes = Transport::ring_segment_bytes;
-    return std::max<std::size_t>(1, bytes / sizeof(T));
+// Elements per segment over `tp`: ring_segment_bytes_of (transport/concepts.hpp; 256 KiB unless
+// the transport asks for another size: TCP's messages cost more, the device's more again).
+template <class T, class Transport>
+std::size_t ring_segment_elements(Transport const& tp) noexcept {
+    return std::max<std::size_t>(1, ring_segment_bytes_of(tp) / sizeof(T));
 }
 
 /// ring_allreduce with `segment` elements per segment (at least 1) and `window` chunks in
@@ -158,7 +153,7 @@ void ring_allreduce(Transport& tp, std::span<T> data, Op op) {
                   "ring_allreduce combines contributions in ring order, which needs a commutative op: "
                   "wrap a commutative function in chorus::commutative(f), or use tree_allreduce, "
                   "recursive_doubling_allreduce or rabenseifner_allreduce, which keep rank order");
-    detail::ring_allreduce_segmented(tp, data, op, detail::ring_segment_elements<Transport, T>(), detail::ring_window);
+    detail::ring_allreduce_segmented(tp, data, op, detail::ring_segment_elements<T>(tp), detail::ring_window);
 }
 
 namespace detail {  // for the front door (detail/schedule.hpp)

@@ -71,6 +71,34 @@ concept transport = requires(T& t, T const& ct, rank_t peer, tag_t tag,
     { t.abort(reason) } noexcept;
 };
 
+namespace detail {
+
+// The ring allreduce's segment where a transport asks for none (algorithm/ring_allreduce.hpp):
+// 256 KiB, large enough that the per-message cost (a syscall, a header) is small next to the
+// transfer, small enough that a 4-segment window pipelines vectors of a few MiB.
+inline constexpr std::size_t ring_segment_bytes = 256 * 1024;
+
+/// The segment a transport type declares: its constant `Transport::ring_segment_bytes`, or the
+/// default.
+template <class Transport>
+constexpr std::size_t declared_ring_segment_bytes() noexcept {
+    if constexpr (requires { std::size_t{Transport::ring_segment_bytes}; }) return Transport::ring_segment_bytes;
+    else return ring_segment_bytes;
+}
+
+/// The ring allreduce's segment over `tp`, in bytes (docs/concepts.md#transport): what the
+/// transport asks for — `tp.ring_segment_bytes()` where it depends on the ranks (a node
+/// transport's ring crosses hosts or not; a sub-group asks its parent for its own ranks), else
+/// its declared constant — or the default. Every rank of a group must get the same value: it
+/// decides the ring's message sizes.
+template <class Transport>
+std::size_t ring_segment_bytes_of(Transport const& tp) noexcept {
+    if constexpr (requires { { tp.ring_segment_bytes() } -> std::convertible_to<std::size_t>; }) return tp.ring_segment_bytes();
+    else return declared_ring_segment_bytes<Transport>();
+}
+
+} // namespace detail
+
 /// Blocks of a direct exchange start at addresses aligned to this (direct_transport).
 inline constexpr std::size_t direct_alignment = 32;
 

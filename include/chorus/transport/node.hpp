@@ -207,6 +207,14 @@ public:
     rank_t local_size() const noexcept { return static_cast<rank_t>(members_.size()); }
     /// Whether every node has as many ranks (the rails then cover every rank).
     bool equal_nodes() const noexcept { return equal_nodes_; }
+    /// The ring allreduce's segment (detail::ring_segment_bytes_of) over `members` (all ranks
+    /// where empty): TCP's where they span nodes — a ring waits for its slowest link, and each of
+    /// its messages then costs system calls on both ends — the default (shared memory) where
+    /// they share one. The same on every rank: the nodes are.
+    std::size_t ring_segment_bytes(std::span<rank_t const> members = {}) const noexcept {
+        bool const across = members.empty() ? nodes_ > 1 : std::ranges::any_of(members, [&](rank_t r) { return node_of(r) != node_of(members[0]); });
+        return across ? declared_ring_segment_bytes<tcp_transport>() : declared_ring_segment_bytes<shm_transport>();
+    }
     /// The ranks of this node; the ranks of this local rank on every node (both in rank order).
     std::vector<rank_t> const& node_members() const noexcept { return members_; }
     std::vector<rank_t> const& rail_members() const noexcept { return rail_; }
@@ -349,6 +357,10 @@ public:
     void abort(char const* reason) noexcept {
         if (core_) core_->abort(reason);
     }
+
+    /// The ring allreduce's segment over all ranks, or over `members` (a sub-group's): TCP's
+    /// where they span nodes, shared memory's where they share one (node_mesh::ring_segment_bytes).
+    std::size_t ring_segment_bytes(std::span<rank_t const> members = {}) const noexcept { return core_->ring_segment_bytes(members); }
 
     /// The nodes and the views of them, for the hierarchical algorithms.
     detail::node_core& hierarchy() noexcept { return *core_; }
