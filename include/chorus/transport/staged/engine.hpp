@@ -1286,9 +1286,10 @@ private:
 
     // Every wait's loop: moves messages until `ready()`. Otherwise it ends when the group failed
     // (rethrown), `op` failed (`check()`, called while it has not, may fail it) or the deadline
-    // passed: `leave()` undoes what the wait had posted, the device settles (no copy stays queued
-    // into a buffer the caller frees while the error unwinds), and op is reported as a receive's
-    // wait reports it (its error, or the timeout naming op.peer).
+    // passed: `leave()` undoes what the wait had posted, the group is aborted (its abort words
+    // raised), the device settles (no copy stays queued into a buffer the caller frees while the
+    // error unwinds), and op is reported as a receive's wait reports it (its error, or the
+    // timeout naming op.peer).
     template <class Ready, class Check, class Leave>
     void wait_until(message_op& op, clock::time_point deadline, Ready const& ready, Check const& check, Leave const& leave) {
         for (;;) {
@@ -1306,8 +1307,14 @@ private:
             std::this_thread::yield();
         }
         leave();
-        settle_device();
-        conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(what); });
+        if (op.done && !op.failed()) return settle_device();
+        // The abort goes out before the device settles: a signaled launch of this rank still
+        // spinning (queued behind other work, it started late) stops at its abort word, where
+        // settling first would wait for its own deadline — up to a second timeout.
+        conclude_wait(op, me_, timeout_, [&](std::string const& what) {
+            abort(what);
+            settle_device();
+        });
     }
 
     // A receive from a peer that announced a direct round of the receive's collective, one this
