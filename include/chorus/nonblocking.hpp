@@ -177,6 +177,9 @@ public:
     std::uint64_t next_sequence() noexcept { return sequence_; }
     void abort(char const* reason) noexcept { tp_->abort(reason); }
     std::chrono::milliseconds timeout() const noexcept { return patience_; }
+    /// The transport's ring segments (detail::ring_segment_bytes_of): the ring cuts the same
+    /// messages in both forms.
+    std::size_t ring_segment_bytes() const noexcept { return detail::ring_segment_bytes_of(*tp_); }
 
 private:
     Transport* tp_;

@@ -682,6 +682,11 @@ void nonblocking(Tp& tp, failures& f) {
     rank_t const p = tp.size();
     rank_t const me = tp.rank();
     auto const up = static_cast<std::size_t>(p);
+    // The ring of an i-collective cuts the transport's segments, as the blocking form does.
+    if (chorus::detail::nonblocking_view<Tp> const view(tp, 0, nullptr, std::chrono::milliseconds(1));
+        chorus::detail::ring_segment_bytes_of(view) != chorus::detail::ring_segment_bytes_of(tp))
+        f.add("nonblocking: the view's ring segment is " + std::to_string(chorus::detail::ring_segment_bytes_of(view)) +
+              " bytes, the transport's " + std::to_string(chorus::detail::ring_segment_bytes_of(tp)));
     for (std::size_t n : sizes(p)) {
         std::string const where = "p=" + std::to_string(p) + " n=" + std::to_string(n);
         std::vector<double> sum(n), max(n);

@@ -79,7 +79,8 @@ namespace detail {
 inline constexpr std::size_t ring_segment_bytes = 256 * 1024;
 
 /// The segment a transport type declares: its constant `Transport::ring_segment_bytes`, or the
-/// default.
+/// default. A constant only: a transport that answers by its ranks (node_transport, a
+/// sub-group) is asked through ring_segment_bytes_of.
 template <class Transport>
 constexpr std::size_t declared_ring_segment_bytes() noexcept {
     if constexpr (requires { std::size_t{Transport::ring_segment_bytes}; }) return Transport::ring_segment_bytes;

@@ -712,7 +712,7 @@ public:
     }
     static cuda_ipc_transport from_env() { return cuda_ipc_transport(config_from_env()); }
 
-    /// Ring allreduce segments (detail::ring_segment_elements): each chunk costs two device
+    /// Ring allreduce segments (detail::ring_segment_bytes_of): each chunk costs two device
     /// copies, their event waits and a control message each way, while a 256 KiB device copy
     /// takes a few microseconds, so the ring's messages are as large as the default FIFO chunk.
     static constexpr std::size_t ring_segment_bytes = std::size_t{4} << 20;

@@ -43,7 +43,7 @@ public:
 
     using request = detail::request_handle<detail::tcp_engine, detail::tcp_op>;
 
-    /// Ring allreduce segments (detail::ring_segment_elements): 1 MiB, not the default 256 KiB.
+    /// Ring allreduce segments (detail::ring_segment_bytes_of): 1 MiB, not the default 256 KiB.
     /// Every message costs a sendmsg, a recv and a poll round on each side; measured on the
     /// 2-core VM (2026-12-05, two interleaved runs), 1 MiB segments were 1.1-1.25x faster at 2
     /// ranks (4 MiB: 0.81 ms against 0.97-1.05; 64 MiB: 17.9-18.4 ms against 20.2-20.3) and

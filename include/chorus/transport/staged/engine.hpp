@@ -1311,10 +1311,12 @@ private:
         // The abort goes out before the device settles: a signaled launch of this rank still
         // spinning (queued behind other work, it started late) stops at its abort word, where
         // settling first would wait for its own deadline — up to a second timeout.
-        conclude_wait(op, me_, timeout_, [&](std::string const& what) {
-            abort(what);
+        try {
+            conclude_wait(op, me_, timeout_, [&](std::string const& what) { abort(what); });
+        } catch (...) {  // the wait's error (or no memory for its message): settle on every path
             settle_device();
-        });
+            throw;
+        }
     }
 
     // A receive from a peer that announced a direct round of the receive's collective, one this
