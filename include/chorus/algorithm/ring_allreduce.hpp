@@ -14,8 +14,9 @@
 // step s + 1.
 // Segments: every block is cut into the same number k of near-equal segments, k =
 // ceil(largest block / S) for a segment of S elements (detail::ring_segment_bytes_of: 256 KiB,
-// or what the transport asks for; at least one element), so a vector of at most p * S elements is one segment per block and the
-// schedule is exactly the unsegmented ring. Chunk c = s * k + j is segment j of step s.
+// or what the transport asks for; at least one element), so a vector of at most p * S
+// elements is one segment per block and the schedule is exactly the unsegmented ring.
+// Chunk c = s * k + j is segment j of step s.
 // Pipeline: chunk c is forwarded as chunk c + k the moment it has been received (and, in
 // the reduce-scatter, reduced; in step p-2 also finalized), while the receives of the next
 // W - 1 chunks (W = detail::ring_window) are already posted into W scratch slots of one
