@@ -21,6 +21,12 @@
 // split with different colors share a number, but no rank). A group's own collective
 // sequence and user tags take the low 36 bits (user tags below 2^36).
 //
+// Direct exchanges: where the parent gives its groups slots of their own (shm_transport; a
+// node_transport for a group inside one node: Parent::direct_group, open_direct_group), the
+// group is a direct_transport and its small collectives run one_shot. Opening them takes two
+// allgathers over the new group (its collectives #0 and #1) and one over the parent (whether
+// every group could); docs/algorithms.md, "Sub-groups".
+//
 // Failure: a group has its parent's failure contract. abort() on a group fails the whole
 // parent group (its connections are the parent's), and errors name the parent's ranks, with
 // the group's number in the collective's name ("allreduce #3 of group 2").
@@ -31,6 +37,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,6 +55,23 @@
 #include <chorus/transport/concepts.hpp>
 
 namespace chorus {
+
+namespace detail {
+/// What a sub-group of `Parent` exchanges directly through (Parent::direct_group; void: none).
+template <class Parent>
+struct direct_group_of {
+    using type = void;
+};
+template <class Parent>
+    requires requires { typename Parent::direct_group; }
+struct direct_group_of<Parent> {
+    using type = typename Parent::direct_group;
+};
+/// Whether sub-groups of `Parent` are direct_transports: the parent opens slots of their own
+/// for them (shm_transport::open_direct_group).
+template <class Parent>
+concept gives_direct_groups = !std::is_void_v<typename direct_group_of<Parent>::type>;
+} // namespace detail
 
 /// The color that puts a rank in no group of a split (MPI_UNDEFINED).
 inline constexpr int undefined_color = -1;
@@ -91,6 +116,57 @@ public:
         else return detail::ring_segment_bytes_of(*parent_);
     }
 
+    // direct_transport and rooted_transport where the parent gives its sub-groups direct
+    // exchanges of their own (detail::gives_direct_groups: shm_transport, node_transport), opened when split or
+    // group made this one: its small collectives then take the one_shot schedules. Their rounds
+    // carry the parent's tags (the group's number in them), so that a mismatch between one
+    // rank's round and another's messages is found as in the parent (shm/engine.hpp).
+    std::size_t direct_bytes() const noexcept
+        requires detail::gives_direct_groups<Parent>
+    {
+        return direct_ ? direct_->direct_bytes() : 0;
+    }
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag)
+        requires detail::gives_direct_groups<Parent>
+    {
+        exchange(pieces, agreed, tag, -1);
+    }
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from)
+        requires detail::gives_direct_groups<Parent>
+    {
+        if (!direct_) throw invalid_argument("rank " + std::to_string(rank_) + ": this group has no direct exchanges (direct_bytes 0)");
+        direct_->exchange(pieces, agreed, to_parent_tag(tag), from);
+    }
+    bool await_round()
+        requires detail::gives_direct_groups<Parent>
+    {
+        return direct_ && direct_->await_round();
+    }
+    std::span<std::byte const> block(rank_t r) const noexcept
+        requires detail::gives_direct_groups<Parent>
+    {
+        return direct_ ? direct_->block(r) : std::span<std::byte const>();
+    }
+    std::uint64_t agreed(rank_t r) const noexcept
+        requires detail::gives_direct_groups<Parent>
+    {
+        return direct_ ? direct_->agreed(r) : 0;
+    }
+
+    /// Opens the direct exchanges, once (a collective of this group; split and group call it,
+    /// through detail::open_direct_agreed). Its allgathers take a fixed schedule: CHORUS_ALGO
+    /// names the user's collectives, and the group is not direct yet.
+    void open_direct()
+        requires detail::gives_direct_groups<Parent>
+    {
+        if (direct_) return;
+        direct_ = parent_->open_direct_group(number_, members_, [this](std::span<std::byte const> own) {
+            std::vector<std::byte> all(own.size() * members_.size());
+            chorus::allgather<ring>(*this, own, all);
+            return all;
+        });
+    }
+
     request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) {
         return parent_->isend(to_parent(peer), to_parent_tag(tag), bytes);
     }
@@ -122,6 +198,8 @@ private:
     rank_t rank_;
     std::uint64_t number_;
     std::uint64_t sequence_ = 0;
+    // Shared by copies of the group (the parent's slots are closed with the last).
+    std::shared_ptr<typename detail::direct_group_of<Parent>::type> direct_;
 };
 
 namespace detail {
@@ -214,8 +292,38 @@ std::optional<group_transport<root_t<Transport>>> make_group(Transport& tp, std:
     std::vector<rank_t> roots;
     roots.reserve(members.size());
     for (rank_t m : members) roots.push_back(root_rank(tp, m));
-    return group_transport<root_t<Transport>>(root_transport(tp), std::move(roots),
-                                              static_cast<rank_t>(mine - members.begin()), number);
+    return group_transport<root_t<Transport>>(root_transport(tp), std::move(roots), static_cast<rank_t>(mine - members.begin()), number);
+}
+
+/// Opens `g`'s direct exchanges (null: this rank is in no group), then agrees over `tp`, every
+/// rank of the split, whether every group could: where a group's ranks could not make their
+/// slots each of them throws alike (shm_engine::open_area), and so must the ranks of the other
+/// groups and those in none, a split being a collective of `tp`. One allgather of 256 bytes
+/// per rank; the parent stays usable. Any other failure is the group's (it fails the parent).
+template <transport Transport, class Group>
+void open_direct_agreed(Transport& tp, Group* g) {
+    std::array<char, 256> why{};
+    try {
+        if (g) g->open_direct();
+    } catch (std::exception const& e) {
+        if (dynamic_cast<agreed_failure const*>(&e) == nullptr) throw;
+        std::string const what = e.what();
+        std::memcpy(why.data(), what.data(), std::min(what.size(), why.size() - 1));
+    }
+    std::vector<char> all(why.size() * static_cast<std::size_t>(tp.size()));
+    chorus::allgather<ring>(tp, std::span<char const>(why), all);
+    for (std::size_t r = 0; r < all.size(); r += why.size())
+        if (all[r] != 0)
+            throw agreed<transport_error>(errc::connection_failed, -1, std::string(&all[r], strnlen(&all[r], why.size())));
+}
+
+/// make_group, then its direct exchanges where the parent gives them (agreed over `tp`).
+template <transport Transport>
+std::optional<group_transport<root_t<Transport>>> make_direct_group(Transport& tp, std::vector<rank_t> const& members,
+                                                                    std::uint64_t number) {
+    auto g = make_group(tp, members, number);
+    if constexpr (gives_direct_groups<root_t<Transport>>) open_direct_agreed(tp, g ? &*g : nullptr);
+    return g;
 }
 
 // FNV-1a over the list: equal lists, equal digests.
@@ -244,12 +352,11 @@ std::optional<group_transport<detail::root_t<Transport>>> split(Transport& tp, i
     auto const entries = detail::exchange_entries(
         tp, {color, key, static_cast<std::int64_t>(detail::last_group_number().load()), 0});
     std::uint64_t const number = detail::agree_group_number(tp, entries);
-    if (color == undefined_color) return std::nullopt;
-    std::vector<rank_t> members;
-    for (rank_t r = 0; r < tp.size(); ++r)
+    std::vector<rank_t> members;  // none for undefined_color: no group, but the agreement over tp
+    for (rank_t r = 0; r < tp.size() && color != undefined_color; ++r)
         if (entries[static_cast<std::size_t>(r)].color == color) members.push_back(r);
     std::ranges::stable_sort(members, {}, [&](rank_t r) { return entries[static_cast<std::size_t>(r)].key; });
-    return detail::make_group(tp, members, number);
+    return detail::make_direct_group(tp, members, number);
 }
 
 /// split with the rank in `tp` as the key: members keep the parent's order.
@@ -281,7 +388,7 @@ std::optional<group_transport<detail::root_t<Transport>>> group(Transport& tp, R
         if (entries[static_cast<std::size_t>(r)].digest != entries[0].digest)
             throw invalid_argument("rank " + std::to_string(tp.rank()) + ": group: rank " + std::to_string(r) +
                                    " passed another list of ranks than rank 0");
-    return detail::make_group(tp, members, detail::agree_group_number(tp, entries));
+    return detail::make_direct_group(tp, members, detail::agree_group_number(tp, entries));
 }
 
 } // namespace chorus

@@ -4,13 +4,14 @@
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK [TRANSPORT]
 #   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | mismatch_small |
-#         mismatch_limit | exit | signal | foreign
+#         mismatch_limit | mismatch_group_small | mismatch_group_limit | exit | signal | foreign
 #   TRANSPORT: tcp (the default), shm or node:K (process_check --transport ...; kill, stop,
 #   early and the mismatches, with the same expectations: the contract is the transport concept's)
 # Each case prints how long the failure took to be reported (for the issue's note) and exits
 # non-zero on the first unmet expectation. Bounds are asserted only where they are the
 # contract (a stopped rank named within 10 s, an early exit named at once), with wide margins.
 set -uo pipefail
+shopt -s extglob
 case_name=$1 run=$2 check=$3 transport=${4:-tcp}
 targs=()
 [ "$transport" = tcp ] || targs=(--transport "$transport")
@@ -186,15 +187,20 @@ flood)
     expect "$err" "^\[rank0\] chorus: rank 0: refused a connection from 127.0.0.1 port [0-9]*: too many connections without a handshake"
     echo "the job passed through 200 silent connections to 127.0.0.1:$port with 128 files per process"
     ;;
-mismatch | mismatch_small | mismatch_limit)
+mismatch | mismatch_small | mismatch_limit | mismatch_group_small | mismatch_group_limit)
     # Rank 1 passes 1001 elements, the others 1000 (the ring): an error on every rank, not a
     # hang. mismatch_small: 9 and 8 (automatic: one_shot over shm, every rank sees the others'
     # sizes); mismatch_limit: 100000 and 8 (automatic: rank 1 sends messages, the others
-    # exchange directly over shm).
+    # exchange directly over shm). mismatch_group_*: the same over a sub-group of the ranks in
+    # reverse order, rank 0 (group rank 2) the odd one (over shm, the group's direct exchanges
+    # are slots of its own; rank 0's messages carry the group's tags); the errors name the
+    # parent's ranks.
     case $case_name in
     mismatch) margs=(mismatch) ;;
     mismatch_small) margs=(mismatch_auto 8 9) ;;
     mismatch_limit) margs=(mismatch_auto 8 100000) ;;
+    mismatch_group_small) margs=(mismatch_group 8 9) ;;
+    mismatch_group_limit) margs=(mismatch_group 8 100000) ;;
     esac
     start=$(now_ms)
     "$run" "${survivors[@]}" -n 3 --timeout-ms 30000 "$check" "${targs[@]}" "${margs[@]}" >"$out" 2>"$err"
@@ -206,6 +212,18 @@ mismatch | mismatch_small | mismatch_limit)
         echo "rank $r: ${line#*ms: }"
     done
     grep -q "size" "$err" || fail "no error mentions the size"
+    if [ "$case_name" = mismatch_group_limit ]; then
+        # A rank finds it itself: rank 0 in its peers' slots of the group (not the parent's),
+        # or a peer among rank 0's messages of the group's collective, whichever looks first.
+        found=
+        for r in 0 1 2; do
+            error_of $r
+            [[ $line == *"of group"*@(" exchanges it directly"|" sends it messages")* && $line != *"group failed at"* ]] && found=$r
+        done
+        [ -n "$found" ] || fail "no rank found the mismatch itself"
+    elif [ "$case_name" = mismatch_group_small ]; then
+        expect "$err" "rank 0 called allreduce with 72 bytes, rank 2 allreduce with 64 bytes"
+    fi
     echo "every rank failed $((end - start)) ms after the start (timeout 30000 ms)"
     ;;
 exit)

@@ -202,6 +202,13 @@ int run(Tp& tp, std::string const& mode, mode_args const& arg) {
         std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
         return 2;
     }
+    if (mode == "mismatch_group") {  // mismatch_auto over a sub-group of every rank in reverse order, rank 0 (its last) the odd one
+        auto g = chorus::split(tp, 0, -tp.rank());
+        std::vector<double> v(static_cast<std::size_t>(tp.rank() == 0 ? arg(3, 9) : arg(2, 8)), 1.0);
+        chorus::allreduce(*g, v, chorus::sum{});
+        std::printf("rank %d: the mismatched allreduce returned\n", tp.rank());
+        return 2;
+    }
     std::fprintf(stderr, "process_check: unknown mode '%s'\n", mode.c_str());
     return 64;
 }

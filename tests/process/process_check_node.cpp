@@ -12,6 +12,9 @@
 #include <tuple>
 #include <utility>
 
+// A group inside one node exchanges directly (the matrix's groups() checks it where it is one).
+static_assert(chorus::rooted_transport<chorus::group_transport<chorus::node_transport>>);
+
 int run_node(std::string const& transport, std::string const& mode, mode_args const& arg) {
     auto config = chorus::node_transport::config_from_env();
     if (transport.size() > 5) {  // node:K or node%K: K nodes on this host

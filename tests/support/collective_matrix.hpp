@@ -570,6 +570,9 @@ void scans(Tp& tp, failures& f) {
     }
 }
 
+template <class Tp>
+void one_shot_collectives(Tp& tp, failures& f);
+
 /// Sub-groups: a rows x columns grid (split), the even ranks (group), a group of a group; the
 /// collectives of a row and a column in flight at once; point-to-point inside a group
 template <class Tp>
@@ -598,6 +601,43 @@ void groups(Tp& tp, failures& f) {
         if (std::size_t const got = chorus::detail::ring_segment_bytes_of(*g); got != want)
             f.add("split: " + where + ": a group's ring segment is " + std::to_string(got) + " bytes, its parent asks for " +
                   std::to_string(want));
+    }
+    // Where the parent gives its groups direct exchanges (shm_transport; node_transport for a
+    // group inside one node), every collective one_shot serves, over a row and over a column;
+    // then rounds of a row, the parent and a column in turn, a row taking one more than the
+    // others every other time: each set of ranks keeps its own rounds in slots of its own.
+    if constexpr (chorus::direct_transport<std::remove_cvref_t<decltype(*row)>>) {
+        for (auto* g : {&*row, &*column}) {
+            bool want = true;
+            if constexpr (requires { tp.hierarchy(); })
+                want = std::ranges::all_of(g->members(), [&](rank_t r) { return tp.hierarchy().node_of(r) == tp.node(); });
+            if ((g->direct_bytes() != 0) != want)
+                f.add("split: " + where + ": a group of " + std::to_string(g->size()) + " has " + std::to_string(g->direct_bytes()) +
+                      " direct bytes" + (want ? ", none" : " across nodes"));
+            if (g->direct_bytes() != 0) one_shot_collectives(*g, f);  // the same on every rank of g
+        }
+        for (int k = 0; k < 4; ++k) {
+            std::string const at = where + " turn " + std::to_string(k);
+            std::vector<long> in_all(3, me * k), in_column(2, me == column->parent_rank(0) ? k + 100 : -1);
+            if (row->direct_bytes() != 0) {
+                long row_sum = 0;
+                for (rank_t r : row->members()) row_sum += r + k;
+                for (int twice = 0; twice <= k % 2; ++twice) {
+                    std::vector<long> in_row(5, me + k);
+                    chorus::allreduce<chorus::one_shot>(*row, in_row);
+                    compare(f, "one_shot allreduce over a row between the parent's rounds, " + at, in_row, [&](std::size_t) { return row_sum; });
+                }
+            }
+            if constexpr (chorus::direct_transport<Tp>) chorus::allreduce<chorus::one_shot>(tp, in_all);
+            else chorus::allreduce(tp, in_all);
+            compare(f, "allreduce over the parent between the groups' rounds, " + at, in_all,
+                    [&](std::size_t) { return static_cast<long>(p) * (p - 1) / 2 * k; });
+            if (column->direct_bytes() != 0) {
+                chorus::broadcast<chorus::one_shot>(*column, in_column, 0);
+                compare(f, "one_shot broadcast over a column between the parent's rounds, " + at, in_column,
+                        [&](std::size_t) { return static_cast<long>(k + 100); });
+            }
+        }
     }
     // Sums over the row and over the column, both in flight at once, waited in reverse.
     for (std::size_t n : sizes(p)) {

@@ -191,6 +191,10 @@ static_assert(chorus::host_transport<chorus::shm_transport>);
 static_assert(chorus::direct_transport<chorus::shm_transport>);
 static_assert(chorus::rooted_transport<chorus::shm_transport>);
 static_assert(!chorus::direct_transport<chorus::tcp_transport>);
+// A sub-group of shared memory exchanges directly in slots of its own (not its parent's buffers).
+static_assert(chorus::rooted_transport<chorus::group_transport<chorus::shm_transport>>);
+static_assert(!chorus::exposing_transport<chorus::group_transport<chorus::shm_transport>>);
+static_assert(!chorus::direct_transport<chorus::group_transport<chorus::tcp_transport>>);
 static_assert(chorus::direct_transport<staged_model>);
 static_assert(chorus::transport<staged_model>);
 static_assert(chorus::host_transport<staged_model>);

@@ -108,6 +108,9 @@ public:
         node_mesh* core_ = nullptr;
     };
 
+    /// What a sub-group inside one node exchanges directly through (chorus::split, chorus::group).
+    using direct_group = shm_group_direct;
+
     node_mesh(tcp_transport world, shm_config const& shm, std::string node)
         : world_(std::move(world)), me_(world_.rank()), tcp_side_(this), shm_side_(this) {
         auto const p = static_cast<std::size_t>(world_.size());
@@ -138,7 +141,7 @@ public:
             if (local_rank_of_[r] == local_rank()) rail_.push_back(static_cast<rank_t>(r));
         }
         try {
-            shm_ = std::make_unique<shm_engine>(
+            shm_ = std::make_shared<shm_engine>(
                 me_, world_.size(), shm,
                 [&](std::span<std::byte const> own) {
                     std::vector<std::byte> all(own.size() * p);
@@ -197,6 +200,17 @@ public:
         }
     }
 
+    /// The direct exchanges of sub-group `group` whose rank i is `members[i]` (group.hpp):
+    /// slots of its own in this node's shared memory where every member is on this node; null
+    /// where they span nodes (the same answer on every member: the nodes are) or the node's
+    /// memory makes none. A failure of its rounds goes to both engines.
+    template <class Allgather>
+    std::shared_ptr<direct_group> open_direct_group(std::uint64_t group, std::vector<rank_t> members, Allgather&& allgather) {
+        if (!std::ranges::all_of(members, [&](rank_t r) { return is_local(r); })) return nullptr;
+        return direct_group::open(shm_, group, std::move(members), std::forward<Allgather>(allgather),
+                                  [](void* core) noexcept { static_cast<node_mesh*>(core)->spread(); }, this);
+    }
+
     /// The number of nodes, and this rank's node (0 .. nodes()-1, in the order of their first ranks).
     rank_t nodes() const noexcept { return nodes_; }
     rank_t node() const noexcept { return node_of(me_); }
@@ -218,6 +232,10 @@ public:
     /// The ranks of this node; the ranks of this local rank on every node (both in rank order).
     std::vector<rank_t> const& node_members() const noexcept { return members_; }
     std::vector<rank_t> const& rail_members() const noexcept { return rail_; }
+
+protected:
+    /// Leaves the TCP mesh without aborting it: set-up failed alike on every rank.
+    void leave_agreed() noexcept { tcp_transport const leaving = std::move(world_); }
 
 private:
 
@@ -286,7 +304,7 @@ private:
     std::vector<int> node_of_;
     std::vector<rank_t> local_rank_of_;
     std::vector<rank_t> members_, rail_;
-    std::unique_ptr<shm_engine> shm_;
+    std::shared_ptr<shm_engine> shm_;  // shared: a sub-group's slots close only while it lives
     tcp_side tcp_side_;
     shm_side shm_side_;
     std::uint64_t sequence_ = 0;
@@ -294,14 +312,24 @@ private:
 
 /// A node_mesh with its views, for the hierarchical algorithms: the ranks of this node, and
 /// rail i (local rank i of every node; rail 0: the nodes' leaders), sub-groups with numbers of
-/// their own (detail/tags.hpp), made once, without messages.
+/// their own (detail/tags.hpp), made once, without a split. The node's view opens its direct
+/// exchanges (two small exchanges inside the node), so its small phases run one_shot.
 class node_core : public node_mesh {
 public:
     node_core(tcp_transport world, shm_config const& shm, std::string node)
         : node_mesh(std::move(world), shm, std::move(node)),
           local_(*this, node_members(), local_rank(), node_local_group),
           rail_(*this, rail_members(), static_cast<rank_t>(std::ranges::find(rail_members(), rank()) - rail_members().begin()),
-                node_rail_group) {}
+                node_rail_group) {
+        // The node's ranks exchange small blocks through its memory (one_shot), every rank
+        // agreeing whether every node could open its slots.
+        try {
+            open_direct_agreed(static_cast<node_mesh&>(*this), &local_);
+        } catch (agreed_failure const&) {  // every rank throws it: leave the mesh, do not abort it
+            leave_agreed();
+            throw;
+        }
+    }
 
     group_transport<node_mesh>& local() noexcept { return local_; }
     group_transport<node_mesh>& rail() noexcept { return rail_; }
@@ -318,6 +346,8 @@ class node_transport {
 public:
     using memory_space = host_memory;
     using request = detail::node_mesh::request;
+    /// What a sub-group inside one node exchanges directly through (chorus::split, chorus::group).
+    using direct_group = detail::node_mesh::direct_group;
 
     /// Over `world` (every rank of the job, connected): each rank says its node's name (empty:
     /// the host's name) and the ranks of a name join in shared memory. A collective of world.
@@ -361,6 +391,13 @@ public:
     /// The ring allreduce's segment over all ranks, or over `members` (a sub-group's): TCP's
     /// where they span nodes, shared memory's where they share one (node_mesh::ring_segment_bytes).
     std::size_t ring_segment_bytes(std::span<rank_t const> members = {}) const noexcept { return core_->ring_segment_bytes(members); }
+
+    /// A sub-group's direct exchanges: slots of its own where its ranks share this node
+    /// (node_mesh::open_direct_group; group.hpp calls it).
+    template <class Allgather>
+    std::shared_ptr<direct_group> open_direct_group(std::uint64_t group, std::vector<rank_t> members, Allgather&& allgather) {
+        return core_->open_direct_group(group, std::move(members), std::forward<Allgather>(allgather));
+    }
 
     /// The nodes and the views of them, for the hierarchical algorithms.
     detail::node_core& hierarchy() noexcept { return *core_; }

@@ -60,11 +60,78 @@ inline shm_config shm_config_from_env(char const* caller = "shm_transport::confi
     return c;
 }
 
+namespace detail {
+
+/// A sub-group's direct exchanges over shm_transport (chorus::split, chorus::group): slots of
+/// its own in the engine (shm_engine::open_area), so that the sub-group's small collectives
+/// take the one_shot schedules as the whole group's do. Closed with the last copy of the group
+/// (where the engine is still there: a group destroyed after its transport closes nothing).
+class shm_group_direct {
+public:
+    /// A failure of the sub-group's rounds is the engine's; `spread`, where not null, is called
+    /// with `owner` before it is thrown (node_transport: it is made the TCP engine's too).
+    shm_group_direct(std::shared_ptr<shm_engine> const& engine, std::uint64_t group, shm::direct_area& area,
+                     void (*spread)(void*) noexcept = nullptr, void* owner = nullptr) noexcept
+        : engine_(engine.get()), alive_(engine), group_(group), area_(&area), spread_(spread), owner_(owner) {}
+    shm_group_direct(shm_group_direct const&) = delete;
+    shm_group_direct& operator=(shm_group_direct const&) = delete;
+    ~shm_group_direct() {
+        if (auto const engine = alive_.lock()) engine->close_area(group_);
+    }
+
+    /// Opens sub-group `group`'s direct exchanges in `engine` (shm_engine::open_area): null
+    /// where the engine makes none (direct_bytes 0, the same on every rank).
+    template <class Allgather>
+    static std::shared_ptr<shm_group_direct> open(std::shared_ptr<shm_engine> const& engine, std::uint64_t group, std::vector<rank_t> members,
+                                                  Allgather&& allgather, void (*spread)(void*) noexcept = nullptr, void* owner = nullptr) {
+        if (engine->area_bytes() == 0) return nullptr;
+        auto& area = engine->open_area(group, std::move(members), std::forward<Allgather>(allgather));
+        try {
+            return std::make_shared<shm_group_direct>(engine, group, area, spread, owner);
+        } catch (...) {
+            engine->close_area(group);
+            throw;
+        }
+    }
+
+    std::size_t direct_bytes() const noexcept { return area_->direct_bytes; }
+    void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
+        try {
+            engine_->exchange(*area_, pieces, agreed, tag, from);
+        } catch (...) {
+            if (spread_) spread_(owner_);
+            throw;
+        }
+    }
+    bool await_round() {
+        try {
+            return engine_->await_round(*area_);
+        } catch (...) {
+            if (spread_) spread_(owner_);
+            throw;
+        }
+    }
+    std::span<std::byte const> block(rank_t r) const noexcept { return shm_engine::block(*area_, r); }
+    std::uint64_t agreed(rank_t r) const noexcept { return shm_engine::agreed(*area_, r); }
+
+private:
+    shm_engine* engine_;
+    std::weak_ptr<shm_engine> alive_;
+    std::uint64_t group_;
+    shm::direct_area* area_;
+    void (*spread_)(void*) noexcept;
+    void* owner_;
+};
+
+} // namespace detail
+
 /// One rank of a shared-memory group. Move-only; one thread drives it (as with any transport).
 class shm_transport {
 public:
     using memory_space = host_memory;
     using request = detail::request_handle<detail::shm_engine, detail::shm_op>;
+    /// What a sub-group of it exchanges directly through (chorus::split, chorus::group).
+    using direct_group = detail::shm_group_direct;
 
     /// Joins the ranks of `bootstrap` (every rank calls this, as a collective of bootstrap,
     /// which is not used afterwards and may be destroyed). Blocks until every rank mapped
@@ -72,7 +139,7 @@ public:
     template <host_transport Bootstrap>
     explicit shm_transport(Bootstrap& bootstrap, shm_config config = {})
         : local_rank_(local_rank_of(bootstrap)),
-          engine_(std::make_unique<detail::shm_engine>(bootstrap.rank(), bootstrap.size(), config,
+          engine_(std::make_shared<detail::shm_engine>(bootstrap.rank(), bootstrap.size(), config,
                                                        [&](std::span<std::byte const> mine) {
                                                            std::vector<std::byte> all(mine.size() * static_cast<std::size_t>(bootstrap.size()));
                                                            chorus::allgather(bootstrap, mine, all);
@@ -184,6 +251,15 @@ public:
         return exposures_.active() ? exposures_.block(r) : engine_->block(r);
     }
     std::uint64_t agreed(rank_t r) const noexcept { return engine_->agreed(r); }
+    /// The direct exchanges of sub-group `group` whose rank i is this transport's `members[i]`
+    /// (group.hpp, when a split or group makes it): every rank of the sub-group calls it, and
+    /// `allgather` is an allgather of bytes over the sub-group's messages. Null where this
+    /// transport makes no direct exchanges (direct_bytes 0: the same on every rank).
+    template <class Allgather>
+    std::shared_ptr<direct_group> open_direct_group(std::uint64_t group, std::vector<rank_t> members, Allgather&& allgather) {
+        return direct_group::open(engine_, group, std::move(members), std::forward<Allgather>(allgather));
+    }
+
     void abort(char const* reason) noexcept {
         try {
             if (engine_) engine_->abort(rank(), reason ? reason : "aborted");
@@ -212,7 +288,7 @@ private:
     rank_t local_rank_ = 0;
     std::uint64_t sequence_ = 0;
     detail::shm_exposures exposures_;
-    std::unique_ptr<detail::shm_engine> engine_;
+    std::shared_ptr<detail::shm_engine> engine_;  // shared: a sub-group's slots close only while it lives
     int unwinding_ = std::uncaught_exceptions();
 };
 

@@ -46,6 +46,14 @@ inline std::string describe_shape(std::uint64_t shape) {
            (w.rank >= 0 ? ", root " + std::to_string(w.rank) : std::string());
 }
 
+// The number errors give rank r of `tp`: over a sub-group its parent's (group.hpp), as the
+// transport's own errors do.
+template <class Transport>
+rank_t named_rank(Transport const& tp, rank_t r) noexcept {
+    if constexpr (requires { tp.parent_rank(r); }) return tp.parent_rank(r);
+    else return r;
+}
+
 /// Fails the group and throws where some rank's word of the latest round (tp.agreed(r), every
 /// rank's readable) differs from rank 0's. Every rank compares with rank 0's, so every rank
 /// names the same rank and says the same, as a message of the wrong size or collective would.
@@ -58,15 +66,16 @@ void check_round_shapes(Transport& tp) {
         round_word const t = unpack_word(theirs), f = unpack_word(first);
         bool const other_collective = t.head != f.head;
         bool const other_root = t.rank != f.rank;
-        std::string const what = "rank " + std::to_string(tp.rank()) + ": rank " + std::to_string(r) + " called " +
-                                 describe_shape(theirs) + ", rank 0 " + describe_shape(first) + ": " +
+        std::string const what = "rank " + std::to_string(named_rank(tp, tp.rank())) + ": rank " + std::to_string(named_rank(tp, r)) +
+                                 " called " + describe_shape(theirs) + ", rank " + std::to_string(named_rank(tp, 0)) + " " +
+                                 describe_shape(first) + ": " +
                                  (other_collective ? "the ranks called different collectives"
                                   : other_root     ? "their roots differ"
                                   : t.head == static_cast<std::uint8_t>(collective_kind::deregister_buffer)
                                       ? "they end different registrations"
                                       : "their sizes differ");
         tp.abort(what.c_str());
-        throw transport_error(other_collective ? errc::tag_mismatch : errc::size_mismatch, r, what);
+        throw transport_error(other_collective ? errc::tag_mismatch : errc::size_mismatch, named_rank(tp, r), what);
     }
 }
 

@@ -42,11 +42,13 @@
 // bounded by shm_config::timeout.
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <new>
 #include <span>
@@ -126,6 +128,31 @@ struct shm_unexpected {
     bool complete() const noexcept { return remote || filled == size; }
 };
 
+/// The direct exchanges of one set of ranks: where their slots are, and this rank's rounds.
+/// The whole group's slots lie in every rank's segment (layout::slot); a sub-group's in a
+/// segment of two slots that each of its ranks makes for it (shm_engine::open_area), so that
+/// the group's rounds and the sub-group's never share a slot. Indices are the set's own ranks
+/// (a sub-group's); `ranks` maps them to the engine's, which errors name.
+struct direct_area {
+    std::vector<rank_t> ranks;        // empty: no direct exchanges (a group that spans hosts)
+    std::vector<std::byte*> slots;    // index i's first slot
+    std::vector<mapping> maps;        // a sub-group's segments, by index (this rank's own included)
+    std::size_t self = 0;             // this rank's index
+    std::size_t stride = 0;           // from a rank's first slot to its second
+    std::size_t direct_bytes = 0;
+    std::uint64_t round = 0;          // this rank's latest
+    std::uint64_t settled = 0;        // the latest every rank is known to have published
+    tag_t round_tag = 0;              // the collective of `round`
+    bool round_in_place = false;      // `round` is an exposure's
+
+    std::size_t size() const noexcept { return ranks.size(); }
+    direct_slot* slot(std::size_t i, std::uint64_t r) const noexcept {
+        return reinterpret_cast<direct_slot*>(slots[i] + (r % 2) * stride);
+    }
+    /// The index of the engine's rank r; size() where it is not one of the set.
+    std::size_t index_of(rank_t r) const noexcept { return static_cast<std::size_t>(std::ranges::find(ranks, r) - ranks.begin()); }
+};
+
 class shm_engine {
 public:
     using op_ptr = std::shared_ptr<shm_op>;
@@ -164,7 +191,7 @@ public:
     rank_t size() const noexcept { return static_cast<rank_t>(peers_.size()); }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
     /// The largest block of a direct exchange; 0: none (a group that spans hosts).
-    std::size_t direct_bytes() const noexcept { return layout_.size == peers_.size() ? layout_.direct_bytes : 0; }
+    std::size_t direct_bytes() const noexcept { return whole_.size() != 0 ? whole_.direct_bytes : 0; }
 
     /// One round of the direct exchange: publishes this rank's block, the concatenation of
     /// `pieces` (at most direct_bytes() in all), with the word `agreed`, and returns once every
@@ -180,29 +207,124 @@ public:
     /// the ranks not waited for (await_round): a rank writes over its slot of round k only once
     /// every peer published round k + 1, so done reading round k.
     void exchange(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
-        publish_round(pieces, agreed, tag, from, false);
+        publish_round(whole_, pieces, agreed, tag, from, false);
     }
 
     /// A round of every rank whose block is a record of a buffer read where it lies
     /// (shm/exposure.hpp): a peer that publishes a copy in the same round instead fails both.
     void exchange_in_place(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag) {
-        publish_round(pieces, agreed, tag, -1, true);
+        publish_round(whole_, pieces, agreed, tag, -1, true);
     }
 
-private:
-    void publish_round(std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from, bool in_place) {
+    /// The direct exchanges of sub-group `group` (its number in tags, detail/tags.hpp), whose
+    /// rank i is this engine's `ranks[i]`: a round of it publishes and reads slots of its own,
+    /// made here, so its rounds and the whole group's (or another sub-group's) never meet. Every
+    /// rank of the sub-group calls it; `allgather(bytes)` returns every rank's `bytes`, by
+    /// sub-group rank (over the sub-group's messages). A rank that cannot make or map the slots
+    /// says why, and every rank throws that. Open until close_area(group).
+    template <class Allgather>
+    direct_area& open_area(std::uint64_t group, std::vector<rank_t> ranks, Allgather&& allgather) {
         throw_if_failed();
-        if (from >= size()) throw invalid_argument("shm_transport: a direct round from rank " + std::to_string(from) + " of " +
-                                                   std::to_string(size()));
-        if (layout_.size != peers_.size()) throw invalid_argument("shm_transport: no direct exchange in a group that spans hosts");
+        if (areas_.contains(group)) throw invalid_argument("shm_transport: the direct exchanges of group " + std::to_string(group) + " are open already");
+        auto area = std::make_unique<direct_area>();
+        area->ranks = std::move(ranks);
+        area->self = area->index_of(me_);
+        if (area->self == area->size()) throw invalid_argument("shm_transport: rank " + std::to_string(me_) + " opens the slots of a group it is not in");
+        for (rank_t r : area->ranks) check_member(r);
+        area->stride = layout_.slot_stride();
+        area->direct_bytes = layout_.direct_bytes;
+        area->maps.resize(area->size());
+        area->slots.resize(area->size());
+        std::size_t const bytes = 2 * area->stride;
+        std::string const which = "group " + std::to_string(group);
+        // Made, then opened by the others through /proc/<pid>/fd (as the segments are): two
+        // exchanges, the second one each rank's verdict, so that all throw alike.
+        std::array<char, verdict_text> verdict{};
+        auto const note = [&](std::exception const& e) { std::strncpy(verdict.data(), e.what(), verdict.size() - 1); };
+        unique_fd fd;
+        try {
+            fd = create_segment(bytes, "chorus-shm-" + std::to_string(group) + "-rank-" + std::to_string(me_));
+            area->maps[area->self] = mapping(fd.get(), bytes, "this rank's slots of " + which);
+            for (std::size_t k = 0; k < 2; ++k) std::construct_at(reinterpret_cast<direct_slot*>(area->maps[area->self].base() + k * area->stride));
+        } catch (std::exception const& e) {
+            note(e);
+        }
+        std::int64_t const mine = fd.get();
+        std::vector<std::byte> const fds = allgather(std::as_bytes(std::span(&mine, 1)));
+        auto const fd_of = [&](std::size_t i) {
+            std::int64_t theirs = 0;
+            std::memcpy(&theirs, fds.data() + i * sizeof theirs, sizeof theirs);
+            return theirs;
+        };
+        bool all_made = true;
+        for (std::size_t i = 0; i < area->size(); ++i) all_made = all_made && fd_of(i) >= 0;
+        if (all_made) {  // else the rank that made none says why
+            try {
+                for (std::size_t i = 0; i < area->size(); ++i) {
+                    std::int64_t const theirs = fd_of(i);
+                    if (i == area->self) continue;
+                    long const pid = peer_of(area->ranks[i]).pid;
+                    unique_fd const peer(open_peer_segment(pid, static_cast<int>(theirs)));
+                    if (peer.get() < 0) throw_system("opening rank " + std::to_string(area->ranks[i]) + "'s slots of " + which + " (/proc/" + std::to_string(pid) + "/fd)");
+                    area->maps[i] = mapping(peer.get(), bytes, "rank " + std::to_string(area->ranks[i]) + "'s slots of " + which);
+                }
+            } catch (std::exception const& e) {
+                note(e);
+            }
+        }
+        std::vector<std::byte> const verdicts = allgather(std::as_bytes(std::span(verdict)));
+        for (std::size_t i = 0; i < area->size(); ++i) {
+            char const* v = reinterpret_cast<char const*>(verdicts.data() + i * verdict.size());
+            if (v[0] != 0)
+                throw detail::agreed<transport_error>(errc::connection_failed, area->ranks[i],
+                                              "shm_transport: rank " + std::to_string(area->ranks[i]) + " could not join the direct exchanges of " +
+                                                  which + ": " + std::string(v, strnlen(v, verdict.size())));
+        }
+        for (std::size_t i = 0; i < area->size(); ++i) area->slots[i] = area->maps[i].base();
+        auto& slot = areas_[group];
+        slot = std::move(area);
+        return *slot;
+        // fd closes here: every rank of the sub-group mapped the slots.
+    }
+    /// The largest block of a sub-group's direct exchange (open_area): the slots' size, also
+    /// where the whole group has none (it spans hosts, but a sub-group may not).
+    std::size_t area_bytes() const noexcept { return layout_.direct_bytes; }
+    /// Ends sub-group `group`'s direct exchanges here (its slots stay mapped by peers that map them).
+    void close_area(std::uint64_t group) noexcept { areas_.erase(group); }
+
+    /// exchange(), block(), agreed() and await_round() of a sub-group's rounds (open_area):
+    /// `from` and `r` are its own ranks.
+    void exchange(direct_area& a, std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from) {
+        publish_round(a, pieces, agreed, tag, from, false);
+    }
+    bool await_round(direct_area& a) {
+        if (a.settled == a.round) return false;
+        for (std::size_t i = 0; i < a.size(); ++i) await_block(a, i);
+        a.settled = a.round;
+        return true;
+    }
+    static std::span<std::byte const> block(direct_area const& a, rank_t r) noexcept {
+        direct_slot const* s = a.slot(static_cast<std::size_t>(r), a.round);
+        return {reinterpret_cast<std::byte const*>(s) + direct_block_offset, static_cast<std::size_t>(s->bytes & ~in_place_round)};
+    }
+    static std::uint64_t agreed(direct_area const& a, rank_t r) noexcept { return a.slot(static_cast<std::size_t>(r), a.round)->agreed; }
+
+private:
+    // `from`: an index of `a`, or -1 (every rank's).
+    void publish_round(direct_area& a, std::span<std::span<std::byte const> const> pieces, std::uint64_t agreed, tag_t tag, rank_t from,
+                       bool in_place) {
+        throw_if_failed();
+        if (a.size() == 0) throw invalid_argument("shm_transport: no direct exchange in a group that spans hosts");
+        if (from >= static_cast<rank_t>(a.size()))
+            throw invalid_argument("shm_transport: a direct round from rank " + std::to_string(from) + " of " + std::to_string(a.size()));
         std::size_t bytes = 0;
         for (auto const& piece : pieces) bytes += piece.size();
-        if (bytes > direct_bytes())
+        if (bytes > a.direct_bytes)
             throw invalid_argument("shm_transport: a direct block of " + std::to_string(bytes) + " bytes exceeds direct_bytes " +
-                                   std::to_string(direct_bytes()));
-        if (settled_ != round_) await_round();
-        std::uint64_t const round = ++round_;
-        direct_slot* own = layout_.slot(own_map_.base(), round);
+                                   std::to_string(a.direct_bytes));
+        if (a.settled != a.round) await_round(a);
+        std::uint64_t const round = ++a.round;
+        direct_slot* own = a.slot(a.self, round);
         own->agreed = agreed;
         own->bytes = bytes | (in_place ? in_place_round : 0);
         own->tag = tag;
@@ -212,12 +334,12 @@ private:
             to += piece.size();
         }
         own->round.store(round, std::memory_order_release);
-        for (auto& q : peers_)
-            if (&q != &peer_of(me_)) ring_doorbell(*q.header);
-        round_tag_ = tag;
-        round_in_place_ = in_place;
-        if (from < 0) await_round();
-        else if (from != me_) await_block(from);
+        for (rank_t r : a.ranks)
+            if (r != me_) ring_doorbell(*peer_of(r).header);
+        a.round_tag = tag;
+        a.round_in_place = in_place;
+        if (from < 0) await_round(a);
+        else if (static_cast<std::size_t>(from) != a.self) await_block(a, static_cast<std::size_t>(from));
     }
 
 public:
@@ -225,17 +347,9 @@ public:
     /// Waits until every rank published its block of this rank's latest round (after a round
     /// that waited for one rank only), as exchange() waits; then block(r) and agreed(r) show
     /// every rank's. Returns whether it waited: false where the round was every rank's already.
-    bool await_round() {
-        if (settled_ == round_) return false;
-        for (auto& q : peers_) await_block(sender_of(q));
-        settled_ = round_;
-        return true;
-    }
-    std::span<std::byte const> block(rank_t r) const noexcept {
-        direct_slot const* s = published(r);
-        return {reinterpret_cast<std::byte const*>(s) + direct_block_offset, static_cast<std::size_t>(s->bytes & ~in_place_round)};
-    }
-    std::uint64_t agreed(rank_t r) const noexcept { return published(r)->agreed; }
+    bool await_round() { return await_round(whole_); }
+    std::span<std::byte const> block(rank_t r) const noexcept { return block(whole_, r); }
+    std::uint64_t agreed(rank_t r) const noexcept { return agreed(whole_, r); }
 
     /// Whether `peer` can read this rank's memory (probed at set-up): messages to it of
     /// remote_bytes and more then go remote where goes_remote() says.
@@ -439,10 +553,6 @@ private:
     static constexpr std::size_t verdict_text = 256;
 
     peer_state& peer_of(rank_t r) noexcept { return peers_[static_cast<std::size_t>(r)]; }
-    direct_slot const* published(rank_t r) const noexcept {
-        std::byte* const base = peers_[static_cast<std::size_t>(r)].map.base();
-        return layout_.slot(base ? base : own_map_.base(), round_);
-    }
     std::size_t ring_bytes() const noexcept { return layout_.ring_bytes; }
     // Whether a message of n bytes to s is read by the peer from this rank's memory: a large
     // one, the pair able to, and this rank taking in a message itself. One copy beats two when
@@ -533,6 +643,16 @@ private:
                                               "shm_transport: rank " + std::to_string(r) + " could not join: " + why);
             }
             peers_[r].remote_ok = v[verdict_text + static_cast<std::size_t>(me_)] != std::byte{0};
+        }
+        if (layout_.size == p) {  // every rank a member: the whole group exchanges directly
+            whole_.self = static_cast<std::size_t>(me_);
+            whole_.stride = layout_.slot_stride();
+            whole_.direct_bytes = layout_.direct_bytes;
+            for (std::size_t r = 0; r < p; ++r) {
+                whole_.ranks.push_back(static_cast<rank_t>(r));
+                std::byte* const segment = peers_[r].map.base() ? peers_[r].map.base() : own_map_.base();
+                whole_.slots.push_back(reinterpret_cast<std::byte*>(layout_.slot(segment, 0)));
+            }
         }
         // fd closes here: every rank mapped the segment, no name is left anywhere.
     }
@@ -882,20 +1002,21 @@ private:
 
     // ---- waiting -----------------------------------------------------------------------------
 
-    // A wait of the round for rank r's block, which must belong to the same collective.
-    void await_block(rank_t r) {
-        direct_slot const* theirs = published(r);
-        if (theirs->round.load(std::memory_order_acquire) != round_) wait_published(*theirs, round_, r, round_tag_);
+    // A wait of a's round for the block of its rank i, which must belong to the same collective.
+    void await_block(direct_area& a, std::size_t i) {
+        direct_slot const* theirs = a.slot(i, a.round);
+        rank_t const r = a.ranks[i];
+        if (theirs->round.load(std::memory_order_acquire) != a.round) wait_published(*theirs, a.round, r, a.round_tag);
         // The same round of another collective: a rank skipped one, or called others.
-        if (theirs->tag != round_tag_) {
-            std::string const what = collective_mismatch_message(me_, round_tag_, r, theirs->tag);
+        if (theirs->tag != a.round_tag) {
+            std::string const what = collective_mismatch_message(me_, a.round_tag, r, theirs->tag);
             abort(me_, what);
             throw transport_error(errc::tag_mismatch, r, what);
         }
-        if (((theirs->bytes & in_place_round) != 0) != round_in_place_) {
-            std::string const what = "rank " + std::to_string(me_) + (round_in_place_ ? " reads buffers where they lie in " : " reads copies in ") +
-                                     describe_tag(round_tag_) + " but rank " + std::to_string(r) +
-                                     (round_in_place_ ? " published a copy" : " exposed its buffer") +
+        if (((theirs->bytes & in_place_round) != 0) != a.round_in_place) {
+            std::string const what = "rank " + std::to_string(me_) + (a.round_in_place ? " reads buffers where they lie in " : " reads copies in ") +
+                                     describe_tag(a.round_tag) + " but rank " + std::to_string(r) +
+                                     (a.round_in_place ? " published a copy" : " exposed its buffer") +
                                      ": the ranks run different algorithms of it (CHORUS_ALGO must agree)";
             abort(me_, what);
             throw transport_error(errc::tag_mismatch, r, what);
@@ -1065,8 +1186,12 @@ private:
             if (op.done) return;  // a message of another collective: find_message failed op
             if (it != s.queue.messages().end()) what = direct_mismatch_message(me_, op.tag, op.peer, true);
         } else {
-            direct_slot const* a = layout_.slot(s.map.base(), 0);
-            direct_slot const* b = layout_.slot(s.map.base(), 1);
+            // The peer's slots of the (sub-)group whose collective op belongs to.
+            direct_area const* area = area_of(op.tag);
+            std::size_t const i = area == nullptr ? 0 : area == &whole_ ? static_cast<std::size_t>(op.peer) : area->index_of(op.peer);
+            if (area == nullptr || i >= area->size()) return;
+            direct_slot const* a = area->slot(i, 0);
+            direct_slot const* b = area->slot(i, 1);
             direct_slot const* newest = a->round.load(std::memory_order_acquire) > b->round.load(std::memory_order_acquire) ? a : b;
             if (newest->round.load(std::memory_order_acquire) == 0) return;
             if (tags_conflict(op.tag, newest->tag)) {  // the peer's latest round is of another collective
@@ -1096,6 +1221,15 @@ private:
             abort(r, "rank " + std::to_string(r) + "'s process (pid " + std::to_string(s.pid) +
                          ") exited without leaving the group; rank " + std::to_string(me_) + " noticed");
         }
+    }
+
+    // The direct exchanges of the group a tag belongs to (detail::tag_group): the whole
+    // group's, or a sub-group's opened here; null where none.
+    direct_area const* area_of(tag_t tag) const noexcept {
+        std::uint64_t const group = tag_group(tag);
+        if (group == 0) return &whole_;
+        auto const it = areas_.find(group);
+        return it == areas_.end() ? nullptr : it->second.get();
     }
 
     void check_member(rank_t peer) const {
@@ -1152,10 +1286,8 @@ private:
     rank_header* own_ = nullptr;
     group_failure failure_;
     std::uint64_t last_id_ = 0;
-    std::uint64_t round_ = 0;    // of direct exchanges
-    std::uint64_t settled_ = 0;  // the last round every rank is known to have published
-    bool round_in_place_ = false;  // this rank's latest round is an exposure's
-    tag_t round_tag_ = 0;        // the collective of round_
+    direct_area whole_;  // the whole group's direct exchanges (none where it spans hosts)
+    std::map<std::uint64_t, std::unique_ptr<direct_area>> areas_;  // sub-groups', by group number (open_area)
     bool oversubscribed_ = true;  // this host's ranks outnumber the CPUs they may run on together: yield when idle
     std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()
     std::uint64_t const probe_ = probe_value;  // read by peers at set-up to probe remote reads
