@@ -22,7 +22,9 @@
 // with the round's number; every rank then reads its peers' blocks where they are, in their
 // segments. A small block travels in the cache line that announces it: an 8-byte allreduce of
 // two ranks costs each rank one line written and one line read, against a ring's record out,
-// record in, and the matching of a receive.
+// record in, and the matching of a receive. A sub-group (group.hpp) exchanges the same way in
+// slots of its own (open_area: a small segment per member, keyed by the group's number), so its
+// rounds never meet the whole group's or another group's.
 //
 // Progress, in the caller's thread, as for TCP: isend writes what fits at once; every wait()
 // and test() drains every ring into posted receives (or the unexpected queue) and pushes every
