@@ -284,17 +284,6 @@ std::uint64_t agree_group_number(Transport& tp, std::vector<split_entry> const& 
     return number;
 }
 
-template <transport Transport>
-std::optional<group_transport<root_t<Transport>>> make_group(Transport& tp, std::vector<rank_t> const& members,
-                                                             std::uint64_t number) {
-    auto const mine = std::ranges::find(members, tp.rank());
-    if (mine == members.end()) return std::nullopt;
-    std::vector<rank_t> roots;
-    roots.reserve(members.size());
-    for (rank_t m : members) roots.push_back(root_rank(tp, m));
-    return group_transport<root_t<Transport>>(root_transport(tp), std::move(roots), static_cast<rank_t>(mine - members.begin()), number);
-}
-
 /// Opens `g`'s direct exchanges (null: this rank is in no group), then agrees over `tp`, every
 /// rank of the split, whether every group could: where a group's ranks could not make their
 /// slots each of them throws alike (shm_engine::open_area), and so must the ranks of the other
@@ -317,11 +306,18 @@ void open_direct_agreed(Transport& tp, Group* g) {
             throw agreed<transport_error>(errc::connection_failed, -1, std::string(&all[r], strnlen(&all[r], why.size())));
 }
 
-/// make_group, then its direct exchanges where the parent gives them (agreed over `tp`).
+/// The group of `members` (ranks of `tp`; none where this rank is not one of them), with its
+/// direct exchanges where the parent gives them (agreed over `tp`: every rank calls it).
 template <transport Transport>
-std::optional<group_transport<root_t<Transport>>> make_direct_group(Transport& tp, std::vector<rank_t> const& members,
-                                                                    std::uint64_t number) {
-    auto g = make_group(tp, members, number);
+std::optional<group_transport<root_t<Transport>>> make_group(Transport& tp, std::vector<rank_t> const& members,
+                                                             std::uint64_t number) {
+    std::optional<group_transport<root_t<Transport>>> g;
+    if (auto const mine = std::ranges::find(members, tp.rank()); mine != members.end()) {
+        std::vector<rank_t> roots;
+        roots.reserve(members.size());
+        for (rank_t m : members) roots.push_back(root_rank(tp, m));
+        g.emplace(root_transport(tp), std::move(roots), static_cast<rank_t>(mine - members.begin()), number);
+    }
     if constexpr (gives_direct_groups<root_t<Transport>>) open_direct_agreed(tp, g ? &*g : nullptr);
     return g;
 }
@@ -356,7 +352,7 @@ std::optional<group_transport<detail::root_t<Transport>>> split(Transport& tp, i
     for (rank_t r = 0; r < tp.size() && color != undefined_color; ++r)
         if (entries[static_cast<std::size_t>(r)].color == color) members.push_back(r);
     std::ranges::stable_sort(members, {}, [&](rank_t r) { return entries[static_cast<std::size_t>(r)].key; });
-    return detail::make_direct_group(tp, members, number);
+    return detail::make_group(tp, members, number);
 }
 
 /// split with the rank in `tp` as the key: members keep the parent's order.
@@ -388,7 +384,7 @@ std::optional<group_transport<detail::root_t<Transport>>> group(Transport& tp, R
         if (entries[static_cast<std::size_t>(r)].digest != entries[0].digest)
             throw invalid_argument("rank " + std::to_string(tp.rank()) + ": group: rank " + std::to_string(r) +
                                    " passed another list of ranks than rank 0");
-    return detail::make_direct_group(tp, members, detail::agree_group_number(tp, entries));
+    return detail::make_group(tp, members, detail::agree_group_number(tp, entries));
 }
 
 } // namespace chorus

@@ -193,7 +193,7 @@ public:
     rank_t size() const noexcept { return static_cast<rank_t>(peers_.size()); }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
     /// The largest block of a direct exchange; 0: none (a group that spans hosts).
-    std::size_t direct_bytes() const noexcept { return whole_.size() != 0 ? whole_.direct_bytes : 0; }
+    std::size_t direct_bytes() const noexcept { return whole_.direct_bytes; }
 
     /// One round of the direct exchange: publishes this rank's block, the concatenation of
     /// `pieces` (at most direct_bytes() in all), with the word `agreed`, and returns once every
@@ -242,7 +242,10 @@ public:
         // Made, then opened by the others through /proc/<pid>/fd (as the segments are): two
         // exchanges, the second one each rank's verdict, so that all throw alike.
         std::array<char, verdict_text> verdict{};
-        auto const note = [&](std::exception const& e) { std::strncpy(verdict.data(), e.what(), verdict.size() - 1); };
+        auto const note = [&](std::exception const& e) {
+            std::string const what = verdict_of(e);
+            std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict.size() - 1));
+        };
         unique_fd fd;
         try {
             fd = create_segment(bytes, "chorus-shm-" + std::to_string(group) + "-rank-" + std::to_string(me_));
@@ -617,12 +620,7 @@ private:
         std::vector<std::byte> verdict(verdict_text + p + 1);  // an error text, whom we can read, the error's kind
         std::byte& misconfigured = verdict[verdict_text + p];
         auto const note = [&](std::exception const& e) {
-            // The text without the error code's suffix (system_error's what() appends
-            // ": invalid argument"), which the exception thrown from it appends again.
-            std::string what = e.what();
-            if (auto const* s = dynamic_cast<std::system_error const*>(&e))
-                if (std::string const suffix = ": " + s->code().message(); what.ends_with(suffix))
-                    what.resize(what.size() - suffix.size());
+            std::string const what = verdict_of(e);
             std::memcpy(verdict.data(), what.data(), std::min(what.size(), verdict_text - 1));
         };
         try {
@@ -657,6 +655,16 @@ private:
             }
         }
         // fd closes here: every rank mapped the segment, no name is left anywhere.
+    }
+
+    // A set-up error's text for the verdict every rank throws: without the error code's suffix
+    // (system_error's what() appends ": invalid argument"), which the exception thrown from it
+    // appends again.
+    static std::string verdict_of(std::exception const& e) {
+        std::string what = e.what();
+        if (auto const* s = dynamic_cast<std::system_error const*>(&e))
+            if (std::string const suffix = ": " + s->code().message(); what.ends_with(suffix)) what.resize(what.size() - suffix.size());
+        return what;
     }
 
     // Every member on this host, with the same ring and direct sizes.
@@ -1190,8 +1198,9 @@ private:
         } else {
             // The peer's slots of the (sub-)group whose collective op belongs to.
             direct_area const* area = area_of(op.tag);
-            std::size_t const i = area == nullptr ? 0 : area == &whole_ ? static_cast<std::size_t>(op.peer) : area->index_of(op.peer);
-            if (area == nullptr || i >= area->size()) return;
+            if (area == nullptr) return;
+            std::size_t const i = area->index_of(op.peer);
+            if (i >= area->size()) return;
             direct_slot const* a = area->slot(i, 0);
             direct_slot const* b = area->slot(i, 1);
             direct_slot const* newest = a->round.load(std::memory_order_acquire) > b->round.load(std::memory_order_acquire) ? a : b;
@@ -1288,7 +1297,7 @@ private:
     rank_header* own_ = nullptr;
     group_failure failure_;
     std::uint64_t last_id_ = 0;
-    direct_area whole_;  // the whole group's direct exchanges (none where it spans hosts)
+    direct_area whole_;  // the whole group's direct exchanges (none, direct_bytes 0, where it spans hosts)
     std::map<std::uint64_t, std::unique_ptr<direct_area>> areas_;  // sub-groups', by group number (open_area)
     bool oversubscribed_ = true;  // this host's ranks outnumber the CPUs they may run on together: yield when idle
     std::chrono::steady_clock::time_point last_check_{};  // the last check_peers, of wait() or test()
