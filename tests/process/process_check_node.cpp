@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <tuple>
 #include <utility>
+#include <vector>
+
+#include <sched.h>  // the affinity masks of the oversubscription check
 
 // A group inside one node exchanges directly (the matrix's groups() checks it where it is one).
 static_assert(chorus::rooted_transport<chorus::group_transport<chorus::node_transport>>);
@@ -37,5 +40,22 @@ int run_node(std::string const& transport, std::string const& mode, mode_args co
             std::fprintf(stderr, "rank %d: the ring segment over %s is %zu bytes, not %zu\n", tp.rank(), what, got, want);
             return 1;
         }
+    // Nodes named apart on this one host (node:K, node%K) share its CPUs: a wait yields at once
+    // where all the group's ranks (not only the node's) outnumber the CPUs they may run on
+    // together. The oracle unites every rank's affinity mask itself.
+    if (transport.size() <= 5) return run(tp, mode, arg);
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
+    std::vector<cpu_set_t> masks(static_cast<std::size_t>(tp.size()));
+    chorus::allgather(tp, std::span<cpu_set_t const>(&mine, 1), std::span<cpu_set_t>(masks));
+    cpu_set_t together;
+    CPU_ZERO(&together);
+    for (cpu_set_t& m : masks) CPU_OR(&together, &together, &m);
+    if (bool const want = tp.size() > CPU_COUNT(&together); tp.oversubscribed() != want) {
+        std::fprintf(stderr, "rank %d: oversubscribed() is %d with %d ranks on %d CPUs\n", tp.rank(), tp.oversubscribed(), tp.size(),
+                     CPU_COUNT(&together));
+        return 1;
+    }
     return run(tp, mode, arg);
 }

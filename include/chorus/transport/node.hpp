@@ -219,6 +219,9 @@ public:
     rank_t local_rank() const noexcept { return local_rank_of(me_); }
     rank_t local_rank_of(rank_t r) const noexcept { return local_rank_of_[static_cast<std::size_t>(r)]; }
     rank_t local_size() const noexcept { return static_cast<rank_t>(members_.size()); }
+    /// Whether this host's ranks (of every node named on it) outnumber the CPUs they may run on
+    /// together: then a wait on shared memory yields its core at once instead of polling.
+    bool oversubscribed() const noexcept { return shm_->oversubscribed(); }
     /// Whether every node has as many ranks (the rails then cover every rank).
     bool equal_nodes() const noexcept { return equal_nodes_; }
     /// The ring allreduce's segment (detail::ring_segment_bytes_of) over `members` (all ranks
@@ -380,6 +383,9 @@ public:
     rank_t node() const noexcept { return core_->node(); }
     rank_t local_rank() const noexcept { return core_->local_rank(); }
     rank_t local_size() const noexcept { return core_->local_size(); }
+    /// Whether this host's ranks, of every node named on it, outnumber the CPUs they may run on
+    /// together (shm_transport::oversubscribed).
+    bool oversubscribed() const noexcept { return core_->oversubscribed(); }
 
     request isend(rank_t peer, tag_t tag, std::span<std::byte const> bytes) { return core_->isend(peer, tag, bytes); }
     request irecv(rank_t peer, tag_t tag, std::span<std::byte> bytes) { return core_->irecv(peer, tag, bytes); }

@@ -245,7 +245,8 @@ public:
     /// is receiving too, goes remote (shm_config::remote_bytes).
     bool reads_remote(rank_t peer) const noexcept { return engine_->reads_remote(peer); }
     /// Whether the ranks of this host outnumber the CPUs they may run on together (the union
-    /// of their affinity masks): then a wait yields its core at once instead of polling.
+    /// of their affinity masks; every rank of the group on this host, also those of other
+    /// nodes of a node_transport): then a wait yields its core at once instead of polling.
     bool oversubscribed() const noexcept { return engine_->oversubscribed(); }
     std::span<std::byte const> block(rank_t r) const noexcept {
         return exposures_.active() ? exposures_.block(r) : engine_->block(r);

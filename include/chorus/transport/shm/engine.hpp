@@ -605,14 +605,21 @@ private:
         // Counted over all their masks, not this rank's alone: ranks bound one to a core each
         // (taskset, srun --cpu-bind, mpirun's default binding) have a core per rank, though each
         // may run on one CPU only; unbound ranks, or ranks bound to the same cores, share.
+        // And over every rank of the group on this host, members or not: node_transport's nodes
+        // named apart on one host (CHORUS_NODE, network namespaces) share its CPUs. (Counting
+        // members only, 2 nodes x 2 ranks on 2 CPUs spun without yielding while the other
+        // node's ranks needed the cores: 8-byte allreduce 134 us, 68-109 us yielding.)
         cpu_set_t together;
         CPU_ZERO(&together);
+        std::size_t here = 0;
         for (std::size_t r = 0; r < p; ++r) {
-            if (slot_[r] < 0) continue;
-            cpu_set_t theirs = hello_of(r).cpus;
+            hello const h = hello_of(r);
+            if (std::strncmp(h.host, mine.host, sizeof mine.host) != 0) continue;
+            ++here;
+            cpu_set_t theirs = h.cpus;
             CPU_OR(&together, &together, &theirs);
         }
-        oversubscribed_ = layout_.size > static_cast<std::size_t>(CPU_COUNT(&together));
+        oversubscribed_ = here > static_cast<std::size_t>(CPU_COUNT(&together));
         // Whether every rank could join, agreed before anyone goes on: a rank that cannot (its
         // peers on another host, a segment it cannot open) says why, and every rank throws
         // that, of the kind it was (a configuration error or a failed connection) — also the
