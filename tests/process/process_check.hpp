@@ -8,6 +8,8 @@
 //                                    the oracle (support/collective_matrix.hpp)
 //   process_check stress SEED ITERS  randomized allreduce / alltoallv sizes (same sequence on
 //                                    every rank), each checked
+//   process_check mix SEED ITERS     random collectives over the group, two splits of it and
+//                                    nonblocking ones in flight meanwhile, each checked
 //   process_check kill R MS          ranks loop over large allreduces; rank R SIGKILLs itself
 //                                    MS ms after its first one, mid-collective. The others must
 //                                    fail naming R.
@@ -100,6 +102,152 @@ int stress(Tp& tp, unsigned seed, int iterations) {
     return report(tp, f, 2L * iterations, "stress");
 }
 
+// Random sequences of every kind of call a job mixes (same seed on every rank): blocking
+// collectives over the group and over two splits of it, nonblocking ones over the group with a
+// split's blocking collective run while they are in flight, each checked against closed forms
+// that carry the iteration (a result left from an earlier call is caught). Sizes straddle the
+// schedules' thresholds (the shared memory's direct slot of 16 KiB and its remote reads from
+// 32 KiB, the hierarchical rails from 64 KiB), so consecutive calls switch between one_shot,
+// exposed and message schedules, on the group and on its splits in turn.
+template <class Tp>
+int mix(Tp& tp, unsigned seed, int iterations) {
+    using chorus::group_transport;
+    oracle::failures f;
+    std::mt19937 gen(seed);
+    rank_t const p = tp.size(), me = tp.rank();
+    // Every rank in one of two groups, keys reversed; the upper half (all of a group of one).
+    auto parity = chorus::split(tp, me % 2, -me);
+    auto upper = chorus::split(tp, me < p / 2 ? chorus::undefined_color : 0, me);
+    long checks = 0;
+    auto const pick_size = [&](std::size_t unit) -> std::size_t {  // elements of `unit` bytes
+        static constexpr std::size_t edges[] = {16 * 1024, 32 * 1024, 64 * 1024};
+        switch (gen() % 4) {
+        case 0: return std::size_t{gen() % 3};  // 0, 1, 2
+        case 1: {
+            std::size_t const edge = edges[gen() % 3] / unit;
+            return edge + (gen() % 3) - 1;  // just below, at, just above
+        }
+        case 2: return std::size_t{gen() % 600};
+        default: return std::size_t{gen() % (96 * 1024 / unit)};
+        }
+    };
+    // One blocking collective of a random kind over `g` (every rank of g calls it, in g's ranks).
+    auto const one = [&]<class G>(G& g, std::string const& where) {
+        rank_t const q = g.rank(), m = g.size();
+        auto const um = static_cast<std::size_t>(m);
+        int const kind = static_cast<int>(gen() % 8);
+        std::size_t const n = pick_size(kind == 0 || kind == 3 || kind == 6 ? 4 : kind == 7 ? sizeof(oracle::mat2) : 4 * um);
+        auto const shift = static_cast<std::size_t>(gen() % 1000);
+        ++checks;
+        switch (kind) {
+        case 0: {  // allreduce, float sum
+            std::vector<float> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::sum, q, i + shift);
+            chorus::allreduce(g, v, chorus::sum{});
+            oracle::compare(f, "allreduce" + where, v, [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::sum, m, i + shift); });
+            break;
+        }
+        case 1: {  // allreduce, int32 max, n per rank times m
+            std::vector<std::int32_t> v(n * um);
+            for (std::size_t i = 0; i < v.size(); ++i) v[i] = oracle::value<std::int32_t>(oracle::op_kind::maximum, q, i + shift);
+            chorus::allreduce(g, v, chorus::maximum{});
+            oracle::compare(f, "allreduce max" + where, v, [&](std::size_t i) {
+                return oracle::expected<std::int32_t>(oracle::op_kind::maximum, m, i + shift);
+            });
+            break;
+        }
+        case 2: {  // broadcast from a random root
+            rank_t const root = static_cast<rank_t>(gen() % um);
+            std::vector<std::int32_t> v(n, -1);
+            if (q == root)
+                for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int32_t>(i * 7 + shift) + root;
+            chorus::broadcast(g, v, root);
+            oracle::compare(f, "broadcast from " + std::to_string(root) + where, v,
+                            [&](std::size_t i) { return static_cast<std::int32_t>(i * 7 + shift) + root; });
+            break;
+        }
+        case 3: {  // allgather of n / m per rank (at least the size's remainder: 0 included)
+            std::size_t const k = n / um;
+            std::vector<std::int32_t> in(k), out(k * um, -1);
+            for (std::size_t j = 0; j < k; ++j) in[j] = static_cast<std::int32_t>(static_cast<std::size_t>(q) * 100003 + j + shift);
+            chorus::allgather(g, in, out);
+            oracle::compare(f, "allgather" + where, out,
+                            [&](std::size_t x) { return static_cast<std::int32_t>(x / (k ? k : 1) * 100003 + x % (k ? k : 1) + shift); });
+            break;
+        }
+        case 4: {  // reduce_scatter, float sum, n per rank
+            std::vector<float> in(n * um), out(n, -1.0f);
+            for (std::size_t i = 0; i < in.size(); ++i) in[i] = oracle::value<float>(oracle::op_kind::sum, q, i + shift);
+            chorus::reduce_scatter(g, in, out, chorus::sum{});
+            oracle::compare(f, "reduce_scatter" + where, out, [&](std::size_t j) {
+                return oracle::expected<float>(oracle::op_kind::sum, m, static_cast<std::size_t>(q) * n + j + shift);
+            });
+            break;
+        }
+        case 6: {  // reduce, int32 sum, to a random root; the others' buffers untouched
+            rank_t const root = static_cast<rank_t>(gen() % um);
+            std::vector<std::int32_t> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<std::int32_t>(oracle::op_kind::sum, q, i + shift);
+            chorus::reduce(g, v, chorus::sum{}, root);
+            oracle::compare(f, "reduce to " + std::to_string(root) + where, v, [&](std::size_t i) {
+                return q == root ? oracle::expected<std::int32_t>(oracle::op_kind::sum, m, i + shift)
+                                 : oracle::value<std::int32_t>(oracle::op_kind::sum, q, i + shift);
+            });
+            break;
+        }
+        case 7: {  // allreduce of a non-commutative op: the group's rank order (the splits' keys reverse it)
+            std::vector<oracle::mat2> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = oracle::matrix(q, i + shift);
+            chorus::allreduce(g, v, oracle::matmul{});
+            oracle::compare(f, "allreduce matmul" + where, v, [&](std::size_t i) { return oracle::matrix_product(m, i + shift); });
+            break;
+        }
+        default: {  // alltoall, n per peer
+            std::vector<std::int32_t> send(n * um), recv(n * um, -1);
+            for (std::size_t j = 0; j < um; ++j)
+                for (std::size_t t = 0; t < n; ++t) send[j * n + t] = static_cast<std::int32_t>(static_cast<std::size_t>(q) * 1000 + j * 7 + t + shift);
+            chorus::alltoall(g, send, recv);
+            oracle::compare(f, "alltoall" + where, recv, [&](std::size_t x) {
+                return static_cast<std::int32_t>(x / n * 1000 + static_cast<std::size_t>(q) * 7 + x % n + shift);
+            });
+            break;
+        }
+        }
+    };
+    // A split's turn: its members call, the others go on (every rank draws alike).
+    auto const on_split = [&](auto& g, std::string const& where) {
+        std::mt19937 const saved = gen;
+        if (g) one(*g, where);
+        gen = saved;
+        gen.discard(64);  // the members drew at most this many
+    };
+    for (int it = 0; it < iterations; ++it) {
+        std::string const at = " (iteration " + std::to_string(it) + " of seed " + std::to_string(seed) + ", rank " + std::to_string(me);
+        switch (gen() % 4) {
+        case 0: one(tp, at + ", the group)"); break;
+        case 1: on_split(parity, at + ", parity " + std::to_string(me % 2) + ")"); break;
+        case 2: on_split(upper, at + ", upper half)"); break;
+        default: {  // two nonblocking collectives of the group, a split's blocking one while they run
+            std::size_t const n = pick_size(4), k = pick_size(4 * static_cast<std::size_t>(p)) / static_cast<std::size_t>(p);
+            auto const shift = static_cast<std::size_t>(gen() % 1000);
+            std::vector<float> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::sum, me, i + shift);
+            std::vector<std::int32_t> in(k, static_cast<std::int32_t>(me * 7 + static_cast<int>(shift))), out(k * static_cast<std::size_t>(p), -1);
+            auto reduced = chorus::iallreduce(tp, v, chorus::sum{});
+            auto gathered = chorus::iallgather(tp, in, out);
+            on_split(parity, at + ", parity " + std::to_string(me % 2) + ", while two nonblocking collectives run)");
+            gathered.wait();
+            reduced.wait();
+            checks += 2;
+            oracle::compare(f, "iallreduce" + at + ")", v, [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::sum, p, i + shift); });
+            oracle::compare(f, "iallgather" + at + ")", out, [&](std::size_t x) { return static_cast<std::int32_t>(x / k * 7 + shift); });
+        }
+        }
+    }
+    chorus::barrier(tp);
+    return report(tp, f, checks, "mix");
+}
+
 // The victim raises `sig` against itself `ms` after its first allreduce: SIGKILL (a crash) or
 // SIGSTOP (a stopped or hung process, which never exits by itself).
 template <class Tp>
@@ -174,6 +322,7 @@ int run(Tp& tp, std::string const& mode, mode_args const& arg) {
     }
     if (mode == "stress") return stress(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 50));
     if (mode == "late") return stress(tp, 7, 10);
+    if (mode == "mix") return mix(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 100));
     if (mode == "kill") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGKILL);
     if (mode == "stop") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGSTOP);
     if (mode == "insider") return insider(tp);
