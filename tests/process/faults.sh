@@ -3,7 +3,7 @@
 # stray connections, or passes mismatched sizes, and how chorusrun stops a broken job.
 #
 # Usage: faults.sh CASE CHORUSRUN PROCESS_CHECK [TRANSPORT]
-#   CASE: kill | stop | early | insider | absent | stray | flood | mismatch | mismatch_small |
+#   CASE: kill | mix_kill | stop | early | insider | absent | stray | flood | mismatch | mismatch_small |
 #         mismatch_limit | mismatch_group_small | mismatch_group_limit | exit | signal | foreign
 #   TRANSPORT: tcp (the default), shm or node:K (process_check --transport ...; kill, stop,
 #   early and the mismatches, with the same expectations: the contract is the transport concept's)
@@ -71,6 +71,26 @@ kill)
     done
     echo "chorusrun exited with $rc $((end - killed)) ms after rank 2 died"
     # Shared memory leaves nothing behind: its segments never had a name.
+    leftovers=$(find /dev/shm -maxdepth 1 -name '*chorus*' 2>/dev/null)
+    [ -z "$leftovers" ] || fail "left in /dev/shm: $leftovers"
+    ;;
+mix_kill)
+    # 5 ranks in random sequences of collectives over the group, two splits of it and
+    # nonblocking ones (process_check mix); rank 2 SIGKILLs itself 300 ms after its first
+    # iteration, inside a split's collective or the group's, or between two. Every other rank
+    # must fail naming it, whichever group it was in, and nothing is left in /dev/shm.
+    "$run" "${survivors[@]}" -n 5 --timeout-ms 30000 "$check" "${targs[@]}" mix_kill 77 2 300 >"$out" 2>"$err"
+    rc=$? end=$(now_ms)
+    [ "$rc" -ne 0 ] || fail "chorusrun exited 0"
+    expect "$err" "chorusrun: rank 2 failed first (killed by signal 9"
+    killed=$(said_at "rank 2: killing myself")
+    [ -n "$killed" ] || fail "rank 2 did not say when it died"
+    for r in 0 1 3 4; do
+        grep -q "^\[rank$r\] rank $r: in the mixed loop" "$out" || fail "rank $r never reached the loop"
+        error_of $r
+        case $line in *"rank 2"*) ;; *) fail "rank $r's error does not name rank 2: $line" ;; esac
+        echo "rank $r raised the error $((t - killed)) ms after rank 2 died: ${line#*ms: }"
+    done
     leftovers=$(find /dev/shm -maxdepth 1 -name '*chorus*' 2>/dev/null)
     [ -z "$leftovers" ] || fail "left in /dev/shm: $leftovers"
     ;;

@@ -10,6 +10,8 @@
 //                                    every rank), each checked
 //   process_check mix SEED ITERS     random collectives over the group, two splits of it and
 //                                    nonblocking ones in flight meanwhile, each checked
+//   process_check mix_kill SEED R MS the same until the group fails; rank R SIGKILLs itself MS
+//                                    ms after its first iteration. The others must fail naming R.
 //   process_check kill R MS          ranks loop over large allreduces; rank R SIGKILLs itself
 //                                    MS ms after its first one, mid-collective. The others must
 //                                    fail naming R.
@@ -109,8 +111,10 @@ int stress(Tp& tp, unsigned seed, int iterations) {
 // schedules' thresholds (the shared memory's direct slot of 16 KiB and its remote reads from
 // 32 KiB, the hierarchical rails from 64 KiB), so consecutive calls switch between one_shot,
 // exposed and message schedules, on the group and on its splits in turn.
+// With a victim: it SIGKILLs itself `ms` after its first iteration, and the ranks go on until
+// the group fails (every survivor must name it: faults.sh mix_kill).
 template <class Tp>
-int mix(Tp& tp, unsigned seed, int iterations) {
+int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
     using chorus::group_transport;
     oracle::failures f;
     std::mt19937 gen(seed);
@@ -221,7 +225,18 @@ int mix(Tp& tp, unsigned seed, int iterations) {
         gen = saved;
         gen.discard(64);  // the members drew at most this many
     };
-    for (int it = 0; it < iterations; ++it) {
+    if (victim >= 0) {
+        std::printf("rank %d: in the mixed loop\n", me);
+        std::fflush(stdout);
+    }
+    for (int it = 0; victim >= 0 || it < iterations; ++it) {
+        if (it == 1 && me == victim)
+            std::thread([ms, victim] {
+                std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+                std::printf("rank %d: killing myself at %lld ms\n", victim, epoch_ms());
+                std::fflush(stdout);
+                std::raise(SIGKILL);
+            }).detach();
         std::string const at = " (iteration " + std::to_string(it) + " of seed " + std::to_string(seed) + ", rank " + std::to_string(me);
         switch (gen() % 4) {
         case 0: one(tp, at + ", the group)"); break;
@@ -323,6 +338,7 @@ int run(Tp& tp, std::string const& mode, mode_args const& arg) {
     if (mode == "stress") return stress(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 50));
     if (mode == "late") return stress(tp, 7, 10);
     if (mode == "mix") return mix(tp, static_cast<unsigned>(arg(2, 1)), arg(3, 100));
+    if (mode == "mix_kill") return mix(tp, static_cast<unsigned>(arg(2, 1)), 0, arg(3, 2), arg(4, 300));
     if (mode == "kill") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGKILL);
     if (mode == "stop") return signal_mid(tp, arg(2, 1), arg(3, 300), SIGSTOP);
     if (mode == "insider") return insider(tp);
