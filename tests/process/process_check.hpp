@@ -125,22 +125,23 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
     long checks = 0;
     auto const pick_size = [&](std::size_t unit) -> std::size_t {  // elements of `unit` bytes
         static constexpr std::size_t edges[] = {16 * 1024, 32 * 1024, 64 * 1024};
-        switch (gen() % 4) {
+        switch (gen() % 5) {
         case 0: return std::size_t{gen() % 3};  // 0, 1, 2
         case 1: {
             std::size_t const edge = edges[gen() % 3] / unit;
             return edge + (gen() % 3) - 1;  // just below, at, just above
         }
         case 2: return std::size_t{gen() % 600};
-        default: return std::size_t{gen() % (96 * 1024 / unit)};
+        case 3: return std::size_t{gen() % (96 * 1024 / unit)};
+        default: return gen() % 4 == 0 ? std::size_t{gen() % (3 * 1024 * 1024 / unit)} : std::size_t{gen() % 600};  // rings cut in segments
         }
     };
     // One blocking collective of a random kind over `g` (every rank of g calls it, in g's ranks).
     auto const one = [&]<class G>(G& g, std::string const& where) {
         rank_t const q = g.rank(), m = g.size();
         auto const um = static_cast<std::size_t>(m);
-        int const kind = static_cast<int>(gen() % 8);
-        std::size_t const n = pick_size(kind == 0 || kind == 3 || kind == 6 ? 4 : kind == 7 ? sizeof(oracle::mat2) : 4 * um);
+        int const kind = static_cast<int>(gen() % 9);
+        std::size_t const n = pick_size(kind == 0 || kind == 3 || kind == 6 || kind == 8 ? 4 : kind == 7 ? sizeof(oracle::mat2) : 4 * um);
         auto const shift = static_cast<std::size_t>(gen() % 1000);
         ++checks;
         switch (kind) {
@@ -204,6 +205,13 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
             for (std::size_t i = 0; i < n; ++i) v[i] = oracle::matrix(q, i + shift);
             chorus::allreduce(g, v, oracle::matmul{});
             oracle::compare(f, "allreduce matmul" + where, v, [&](std::size_t i) { return oracle::matrix_product(m, i + shift); });
+            break;
+        }
+        case 8: {  // allreduce, float avg: divided by the size of the group it runs over
+            std::vector<float> v(n);
+            for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::avg, q, i + shift);
+            chorus::allreduce(g, v, chorus::avg{});
+            oracle::compare(f, "allreduce avg" + where, v, [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::avg, m, i + shift); });
             break;
         }
         default: {  // alltoall, n per peer
