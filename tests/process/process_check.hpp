@@ -30,12 +30,16 @@
 #pragma once
 
 #include <chorus/chorus.hpp>
+#include <chorus/registration.hpp>
+#include <chorus/transport/shm.hpp>  // mix: registered buffers over shared memory
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <span>
+#include <type_traits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -123,6 +127,32 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
     auto parity = chorus::split(tp, me % 2, -me);
     auto upper = chorus::split(tp, me < p / 2 ? chorus::undefined_color : 0, me);
     long checks = 0;
+    // Where a call's buffers live: the heap, or over shared memory (each rank choosing for
+    // itself, call by call) a registered shm_buffer, which the exposing schedules read where it
+    // lies — and where a peer's buffer is not registered, every rank must take the same other
+    // way. Bump-allocated, emptied at each iteration (nonblocking calls keep theirs while a
+    // split's call runs).
+    constexpr std::size_t arena_bytes = 16u << 20;  // a nonblocking pair and a split's call: at most 12 MiB
+    std::vector<std::byte> heap(arena_bytes);
+    std::span<std::byte> shared, arena(heap);
+    std::size_t used = 0;
+    std::mt19937 own(seed * 7919u + static_cast<unsigned>(me));  // this rank's choices only
+    std::optional<chorus::shm_buffer> memory;
+    chorus::registration reg;
+    if constexpr (std::is_same_v<Tp, chorus::shm_transport>) {
+        memory.emplace(arena_bytes);
+        shared = memory->template as<std::byte>();
+        reg = chorus::register_buffer(tp, shared);
+    }
+    auto const take = [&]<class T>(std::size_t n, T fill) {
+        used = (used + 63) / 64 * 64;
+        if (used + n * sizeof(T) > arena.size()) throw std::logic_error("mix: the arena is too small");
+        std::span<T> s(reinterpret_cast<T*>(arena.data() + used), n);
+        used += n * sizeof(T);
+        std::ranges::fill(s, fill);
+        return s;
+    };
+    auto const copy = [](auto s) { return std::vector<std::remove_const_t<typename decltype(s)::element_type>>(s.begin(), s.end()); };
     auto const pick_size = [&](std::size_t unit) -> std::size_t {  // elements of `unit` bytes
         static constexpr std::size_t edges[] = {16 * 1024, 32 * 1024, 64 * 1024};
         switch (gen() % 5) {
@@ -146,80 +176,83 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
         ++checks;
         switch (kind) {
         case 0: {  // allreduce, float sum
-            std::vector<float> v(n);
+            auto v = take(n, 0.0f);
             for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::sum, q, i + shift);
             chorus::allreduce(g, v, chorus::sum{});
-            oracle::compare(f, "allreduce" + where, v, [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::sum, m, i + shift); });
+            oracle::compare(f, "allreduce" + where, copy(v), [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::sum, m, i + shift); });
             break;
         }
         case 1: {  // allreduce, int32 max, n per rank times m
-            std::vector<std::int32_t> v(n * um);
+            auto v = take(n * um, std::int32_t{0});
             for (std::size_t i = 0; i < v.size(); ++i) v[i] = oracle::value<std::int32_t>(oracle::op_kind::maximum, q, i + shift);
             chorus::allreduce(g, v, chorus::maximum{});
-            oracle::compare(f, "allreduce max" + where, v, [&](std::size_t i) {
+            oracle::compare(f, "allreduce max" + where, copy(v), [&](std::size_t i) {
                 return oracle::expected<std::int32_t>(oracle::op_kind::maximum, m, i + shift);
             });
             break;
         }
         case 2: {  // broadcast from a random root
             rank_t const root = static_cast<rank_t>(gen() % um);
-            std::vector<std::int32_t> v(n, -1);
+            auto v = take(n, std::int32_t{-1});
             if (q == root)
                 for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::int32_t>(i * 7 + shift) + root;
             chorus::broadcast(g, v, root);
-            oracle::compare(f, "broadcast from " + std::to_string(root) + where, v,
+            oracle::compare(f, "broadcast from " + std::to_string(root) + where, copy(v),
                             [&](std::size_t i) { return static_cast<std::int32_t>(i * 7 + shift) + root; });
             break;
         }
         case 3: {  // allgather of n / m per rank (at least the size's remainder: 0 included)
             std::size_t const k = n / um;
-            std::vector<std::int32_t> in(k), out(k * um, -1);
+            auto in = take(k, std::int32_t{0});
+            auto out = take(k * um, std::int32_t{-1});
             for (std::size_t j = 0; j < k; ++j) in[j] = static_cast<std::int32_t>(static_cast<std::size_t>(q) * 100003 + j + shift);
             chorus::allgather(g, in, out);
-            oracle::compare(f, "allgather" + where, out,
+            oracle::compare(f, "allgather" + where, copy(out),
                             [&](std::size_t x) { return static_cast<std::int32_t>(x / (k ? k : 1) * 100003 + x % (k ? k : 1) + shift); });
             break;
         }
         case 4: {  // reduce_scatter, float sum, n per rank
-            std::vector<float> in(n * um), out(n, -1.0f);
+            auto in = take(n * um, 0.0f);
+            auto out = take(n, -1.0f);
             for (std::size_t i = 0; i < in.size(); ++i) in[i] = oracle::value<float>(oracle::op_kind::sum, q, i + shift);
             chorus::reduce_scatter(g, in, out, chorus::sum{});
-            oracle::compare(f, "reduce_scatter" + where, out, [&](std::size_t j) {
+            oracle::compare(f, "reduce_scatter" + where, copy(out), [&](std::size_t j) {
                 return oracle::expected<float>(oracle::op_kind::sum, m, static_cast<std::size_t>(q) * n + j + shift);
             });
             break;
         }
         case 6: {  // reduce, int32 sum, to a random root; the others' buffers untouched
             rank_t const root = static_cast<rank_t>(gen() % um);
-            std::vector<std::int32_t> v(n);
+            auto v = take(n, std::int32_t{0});
             for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<std::int32_t>(oracle::op_kind::sum, q, i + shift);
             chorus::reduce(g, v, chorus::sum{}, root);
-            oracle::compare(f, "reduce to " + std::to_string(root) + where, v, [&](std::size_t i) {
+            oracle::compare(f, "reduce to " + std::to_string(root) + where, copy(v), [&](std::size_t i) {
                 return q == root ? oracle::expected<std::int32_t>(oracle::op_kind::sum, m, i + shift)
                                  : oracle::value<std::int32_t>(oracle::op_kind::sum, q, i + shift);
             });
             break;
         }
         case 7: {  // allreduce of a non-commutative op: the group's rank order (the splits' keys reverse it)
-            std::vector<oracle::mat2> v(n);
+            auto v = take(n, oracle::mat2{});
             for (std::size_t i = 0; i < n; ++i) v[i] = oracle::matrix(q, i + shift);
             chorus::allreduce(g, v, oracle::matmul{});
-            oracle::compare(f, "allreduce matmul" + where, v, [&](std::size_t i) { return oracle::matrix_product(m, i + shift); });
+            oracle::compare(f, "allreduce matmul" + where, copy(v), [&](std::size_t i) { return oracle::matrix_product(m, i + shift); });
             break;
         }
         case 8: {  // allreduce, float avg: divided by the size of the group it runs over
-            std::vector<float> v(n);
+            auto v = take(n, 0.0f);
             for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::avg, q, i + shift);
             chorus::allreduce(g, v, chorus::avg{});
-            oracle::compare(f, "allreduce avg" + where, v, [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::avg, m, i + shift); });
+            oracle::compare(f, "allreduce avg" + where, copy(v), [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::avg, m, i + shift); });
             break;
         }
         default: {  // alltoall, n per peer
-            std::vector<std::int32_t> send(n * um), recv(n * um, -1);
+            auto send = take(n * um, std::int32_t{0});
+            auto recv = take(n * um, std::int32_t{-1});
             for (std::size_t j = 0; j < um; ++j)
                 for (std::size_t t = 0; t < n; ++t) send[j * n + t] = static_cast<std::int32_t>(static_cast<std::size_t>(q) * 1000 + j * 7 + t + shift);
             chorus::alltoall(g, send, recv);
-            oracle::compare(f, "alltoall" + where, recv, [&](std::size_t x) {
+            oracle::compare(f, "alltoall" + where, copy(recv), [&](std::size_t x) {
                 return static_cast<std::int32_t>(x / n * 1000 + static_cast<std::size_t>(q) * 7 + x % n + shift);
             });
             break;
@@ -245,7 +278,10 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
                 std::fflush(stdout);
                 std::raise(SIGKILL);
             }).detach();
-        std::string const at = " (iteration " + std::to_string(it) + " of seed " + std::to_string(seed) + ", rank " + std::to_string(me);
+        used = 0;
+        bool const registered = !shared.empty() && own() % 2 == 0;
+        arena = registered ? shared : std::span<std::byte>(heap);
+        std::string const at = std::string(registered ? " (registered, iteration " : " (iteration ") + std::to_string(it) + " of seed " + std::to_string(seed) + ", rank " + std::to_string(me);
         switch (gen() % 4) {
         case 0: one(tp, at + ", the group)"); break;
         case 1: on_split(parity, at + ", parity " + std::to_string(me % 2) + ")"); break;
@@ -253,17 +289,18 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
         default: {  // two nonblocking collectives of the group, a split's blocking one while they run
             std::size_t const n = pick_size(4), k = pick_size(4 * static_cast<std::size_t>(p)) / static_cast<std::size_t>(p);
             auto const shift = static_cast<std::size_t>(gen() % 1000);
-            std::vector<float> v(n);
+            auto v = take(n, 0.0f);
             for (std::size_t i = 0; i < n; ++i) v[i] = oracle::value<float>(oracle::op_kind::sum, me, i + shift);
-            std::vector<std::int32_t> in(k, static_cast<std::int32_t>(me * 7 + static_cast<int>(shift))), out(k * static_cast<std::size_t>(p), -1);
+            auto in = take(k, static_cast<std::int32_t>(me * 7 + static_cast<int>(shift)));
+            auto out = take(k * static_cast<std::size_t>(p), std::int32_t{-1});
             auto reduced = chorus::iallreduce(tp, v, chorus::sum{});
             auto gathered = chorus::iallgather(tp, in, out);
             on_split(parity, at + ", parity " + std::to_string(me % 2) + ", while two nonblocking collectives run)");
             gathered.wait();
             reduced.wait();
             checks += 2;
-            oracle::compare(f, "iallreduce" + at + ")", v, [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::sum, p, i + shift); });
-            oracle::compare(f, "iallgather" + at + ")", out, [&](std::size_t x) { return static_cast<std::int32_t>(x / k * 7 + shift); });
+            oracle::compare(f, "iallreduce" + at + ")", copy(v), [&](std::size_t i) { return oracle::expected<float>(oracle::op_kind::sum, p, i + shift); });
+            oracle::compare(f, "iallgather" + at + ")", copy(out), [&](std::size_t x) { return static_cast<std::int32_t>(x / k * 7 + shift); });
         }
         }
     }
