@@ -111,7 +111,7 @@ int stress(Tp& tp, unsigned seed, int iterations) {
 // Random sequences of every kind of call a job mixes (same seed on every rank): blocking
 // collectives over the group and over two splits of it, nonblocking ones over the group with a
 // split's blocking collective run while they are in flight, each checked against closed forms
-// that carry the iteration (a result left from an earlier call is caught). Sizes straddle the
+// shifted by a random offset per call (a result left from an earlier call is caught). Sizes straddle the
 // schedules' thresholds (the shared memory's direct slot of 16 KiB and its remote reads from
 // 32 KiB, the hierarchical rails from 64 KiB), so consecutive calls switch between one_shot,
 // exposed and message schedules, on the group and on its splits in turn.
@@ -132,7 +132,7 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
     // lies — and where a peer's buffer is not registered, every rank must take the same other
     // way. Bump-allocated, emptied at each iteration (nonblocking calls keep theirs while a
     // split's call runs).
-    constexpr std::size_t arena_bytes = 16u << 20;  // a nonblocking pair and a split's call: at most 12 MiB
+    constexpr std::size_t arena_bytes = 20u << 20;  // a nonblocking pair and a split's call: at most 15 MiB (one rank)
     std::vector<std::byte> heap(arena_bytes);
     std::span<std::byte> shared, arena(heap);
     std::size_t used = 0;
@@ -304,6 +304,8 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
         }
         }
     }
+    if constexpr (std::is_same_v<Tp, chorus::shm_transport>)
+        if (reg.kept()) chorus::deregister_buffer(tp, reg);
     chorus::barrier(tp);
     return report(tp, f, checks, "mix");
 }

@@ -7,9 +7,11 @@
 
 #include <chorus/transport/node.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +26,23 @@ int run_node(std::string const& transport, std::string const& mode, mode_args co
         int const k = std::atoi(transport.c_str() + 5);
         int const r = config.tcp.rank, p = config.tcp.size;
         config.node = "node" + std::to_string(transport[4] == ':' ? r * k / p : r % k);
+    }
+    // PROCESS_CHECK_PIN: every rank on the first CPU it may run on, so that nodes of one rank
+    // each still share a CPU (the oversubscription check below then tells a count of the node's
+    // members from a count of the host's ranks on any machine).
+    if (std::getenv("PROCESS_CHECK_PIN")) {
+        cpu_set_t allowed, first;
+        CPU_ZERO(&first);
+        if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+            for (std::size_t c = 0; c < CPU_SETSIZE; ++c)
+                if (CPU_ISSET(c, &allowed)) {
+                    CPU_SET(c, &first);
+                    break;
+                }
+        if (CPU_COUNT(&first) == 0 || ::sched_setaffinity(0, sizeof first, &first) != 0) {
+            std::fprintf(stderr, "rank %d: PROCESS_CHECK_PIN: cannot pin this process to one CPU\n", config.tcp.rank);
+            return 1;
+        }
     }
     chorus::node_transport tp(std::move(config));
     std::printf("rank %d: node %d of %d, %d ranks on it\n", tp.rank(), tp.node(), tp.nodes(), tp.local_size());
@@ -46,7 +65,8 @@ int run_node(std::string const& transport, std::string const& mode, mode_args co
     if (transport.size() <= 5) return run(tp, mode, arg);
     cpu_set_t mine;
     CPU_ZERO(&mine);
-    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_SET(0, &mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0)  // as the engine does: the first hardware_concurrency() CPUs
+        for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) CPU_SET(c, &mine);
     std::vector<cpu_set_t> masks(static_cast<std::size_t>(tp.size()));
     chorus::allgather(tp, std::span<cpu_set_t const>(&mine, 1), std::span<cpu_set_t>(masks));
     cpu_set_t together;
