@@ -108,6 +108,17 @@ int stress(Tp& tp, unsigned seed, int iterations) {
     return report(tp, f, 2L * iterations, "stress");
 }
 
+// The victim raises `sig` (SIGKILL: "killing", SIGSTOP: "stopping") against itself `ms` from
+// now, from a thread of its own, saying so first (faults.sh times the others from that line).
+inline void signal_self_after(rank_t victim, int ms, int sig) {
+    std::thread([ms, victim, sig] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        std::printf("rank %d: %s myself at %lld ms\n", victim, sig == SIGKILL ? "killing" : "stopping", epoch_ms());
+        std::fflush(stdout);
+        std::raise(sig);
+    }).detach();
+}
+
 // Random sequences of every kind of call a job mixes (same seed on every rank): blocking
 // collectives over the group and over two splits of it, nonblocking ones over the group with a
 // split's blocking collective run while they are in flight, each checked against closed forms
@@ -119,7 +130,6 @@ int stress(Tp& tp, unsigned seed, int iterations) {
 // the group fails (every survivor must name it: faults.sh mix_kill).
 template <class Tp>
 int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
-    using chorus::group_transport;
     oracle::failures f;
     std::mt19937 gen(seed);
     rank_t const p = tp.size(), me = tp.rank();
@@ -271,13 +281,7 @@ int mix(Tp& tp, unsigned seed, int iterations, rank_t victim = -1, int ms = 0) {
         std::fflush(stdout);
     }
     for (int it = 0; victim >= 0 || it < iterations; ++it) {
-        if (it == 1 && me == victim)
-            std::thread([ms, victim] {
-                std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-                std::printf("rank %d: killing myself at %lld ms\n", victim, epoch_ms());
-                std::fflush(stdout);
-                std::raise(SIGKILL);
-            }).detach();
+        if (it == 1 && me == victim) signal_self_after(victim, ms, SIGKILL);
         used = 0;
         bool const registered = !shared.empty() && own() % 2 == 0;
         arena = registered ? shared : std::span<std::byte>(heap);
@@ -321,14 +325,7 @@ int signal_mid(Tp& tp, rank_t victim, int ms, int sig) {
         chorus::allreduce<chorus::ring>(tp, v, chorus::maximum{});
         // The clock starts once the first allreduce is done (slow under a sanitizer), so the
         // victim dies in the middle of a later one.
-        if (i == 0 && tp.rank() == victim) {
-            std::thread([ms, victim, sig] {
-                std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-                std::printf("rank %d: %s myself at %lld ms\n", victim, sig == SIGKILL ? "killing" : "stopping", epoch_ms());
-                std::fflush(stdout);
-                std::raise(sig);
-            }).detach();
-        }
+        if (i == 0 && tp.rank() == victim) signal_self_after(victim, ms, sig);
     }
 }
 

@@ -7,11 +7,9 @@
 
 #include <chorus/transport/node.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <tuple>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -63,10 +61,7 @@ int run_node(std::string const& transport, std::string const& mode, mode_args co
     // where all the group's ranks (not only the node's) outnumber the CPUs they may run on
     // together. The oracle unites every rank's affinity mask itself.
     if (transport.size() <= 5) return run(tp, mode, arg);
-    cpu_set_t mine;
-    CPU_ZERO(&mine);
-    if (::sched_getaffinity(0, sizeof mine, &mine) != 0)  // as the engine does: the first hardware_concurrency() CPUs
-        for (unsigned c = 0; c < std::max(1u, std::thread::hardware_concurrency()); ++c) CPU_SET(c, &mine);
+    cpu_set_t const mine = chorus::detail::shm::own_cpus();
     std::vector<cpu_set_t> masks(static_cast<std::size_t>(tp.size()));
     chorus::allgather(tp, std::span<cpu_set_t const>(&mine, 1), std::span<cpu_set_t>(masks));
     cpu_set_t together;
