@@ -172,7 +172,7 @@ stray)
     # Held open, as a rank waits for its answer (closed at once, its unread challenge would
     # reset the connection before the master read the hello).
     exec 4<>"/dev/tcp/127.0.0.1/$port" || fail "could not connect to the master"
-    { printf 'CHORUS02'; le64 2; le64 3; le64 1; le64 9; printf '%s127.0.0.1' "$token"; } >&4 \
+    { printf 'CHORUS03'; le64 2; le64 3; le64 1; le64 9; printf '%s127.0.0.1' "$token"; } >&4 \
         || fail "could not send the wrong-token hello"
     exec 3<>"/dev/tcp/127.0.0.1/$port"  # silent: held open until the job ends
     wait "$pid"

@@ -5,8 +5,9 @@
 # namespaces). Each host runs `chorusrun --nnodes 4 --node-rank i -n 1`, MASTER_ADDR is host 0's
 # address. Checks: the seed's examples, a randomized allreduce/alltoallv stress run over IPv4
 # (the mesh on a second network chosen with CHORUS_SOCKET_IFNAME=eth1) and IPv6, the full collective matrix,
-# the stress run again with 5% of incoming TCP packets dropped by nftables on every host, and
-# a host blackholed by nftables in the middle of a job (the others must name it and exit).
+# the stress run again with 5% of incoming TCP packets dropped by nftables on every host, an
+# outage that holds handshakes up past the gates' grace during set-up (the ranks connect again),
+# and a host blackholed by nftables in the middle of a job (the others must name it and exit).
 #
 # Usage: netns.sh CHORUSRUN PROCESS_CHECK [EXAMPLE...]
 # Needs root, iproute2 and nftables; exits 77 (ctest: skipped) with the reason otherwise.
@@ -147,6 +148,42 @@ echo "nftables dropped $dropped TCP packets during the lossy run"
 [ "$dropped" -gt 0 ] || { echo "FAIL: the drop rule dropped nothing"; failures=$((failures + 1)); }
 
 for i in $(seq 0 $((hosts - 1))); do ip netns exec "$(ns "$i")" nft delete table inet chorus_loss; done
+
+# An outage during set-up: host 0 drops what host 1 sends it and host 1 what host 2 sends it,
+# except segments without data (SYN, ACK: ip length <= 60), so the connections open but their
+# handshakes are held up until each acceptor's gate gives up on them (its 5 s grace). The
+# ranks must connect again and the job pass: rank 1's hello to the master, then rank 2's
+# mesh connection to rank 1. Each drop is lifted once that gate said it refused one, so both
+# paths run whatever the machine's speed; ranks 0 and 3, whose connections were made at
+# once, must wait for the others rather than call them silent.
+hold_up() {  # HOST FROM: HOST drops the data segments FROM sends it
+    ip netns exec "$(ns "$1")" nft -f - <<EOF || { echo "FAIL: nft"; exit 1; }
+table inet chorus_outage {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        ip saddr $2 ip length > 60 counter drop
+    }
+}
+EOF
+}
+lift_when_refused() {  # HOST FROM: once HOST's gate refused a connection from FROM, its drop goes
+    for _ in $(seq 600); do
+        grep -q "refused a connection from $2 port [0-9]*: no handshake within" "$tmp/outage.$1.err" 2>/dev/null && break
+        sleep 0.1
+    done
+    ip netns exec "$(ns "$1")" nft delete table inet chorus_outage
+}
+hold_up 0 192.0.2.11
+hold_up 1 192.0.2.12
+{ lift_when_refused 0 192.0.2.11; lift_when_refused 1 192.0.2.12; } &
+lifter=$!
+job outage 192.0.2.10 -- "$check" stress 2027 10
+wait "$lifter"
+for h in 0 1; do
+    from=192.0.2.$((11 + h))
+    grep -q "refused a connection from $from port [0-9]*: no handshake within" "$tmp/outage.$h.err" ||
+        { echo "FAIL: host $h never refused the held-up connection from $from (the outage did not happen)"; failures=$((failures + 1)); }
+done
 
 # A blackholed host: in the middle of an allreduce loop host 2 drops every packet, in and out
 # (no FIN, no RST: a crashed machine or a cut cable). Every other host must name rank 2 and

@@ -630,6 +630,52 @@ TEST_CASE("tcp: a rank that never starts makes the rendezvous time out, naming i
     CHECK(seen[1].what.find("never joined: 2") != std::string::npos);
 }
 
+TEST_CASE("tcp: a rank whose hello the master closed unanswered says it again; a master that stopped listening fails it at once") {
+    // A stand-in master: it takes rank 1's hello and closes the connection without an answer,
+    // as its gate does with a hello that packet loss held up past its grace; the rank must
+    // connect and say it again. Then it stops listening, as a master that exited: the rank must
+    // say so at once, not wait out its 20 s deadline.
+    namespace w = chorus::detail::tcp_wire;
+    asio::io_context io;
+    asio::ip::tcp::acceptor master(io, asio::ip::tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+    auto const port = master.local_endpoint().port();
+    int hellos = 0;
+    std::thread fake([&] {
+        for (int i = 0; i < 2; ++i) {
+            asio::ip::tcp::socket s(io);
+            master.accept(s);
+            auto const challenge = w::make_challenge();
+            asio::write(s, asio::buffer(challenge.bytes));
+            std::array<unsigned char, w::hello_head_size> head{};
+            asio::read(s, asio::buffer(head));
+            auto const h = w::decode_hello(head.data());
+            std::vector<unsigned char> rest(w::mac_size + static_cast<std::size_t>(h.addr_len));
+            asio::read(s, asio::buffer(rest));
+            if (h.magic == w::hello_magic && h.rank == 1 && h.size == 2) ++hellos;
+        }  // closed unanswered
+        master.close();
+    });
+    std::optional<conformance::outcome> seen;
+    auto const start = std::chrono::steady_clock::now();
+    try {
+        chorus::tcp_config c;
+        c.rank = 1;
+        c.size = 2;
+        c.timeout = 20s;
+        c.job_token = "t";
+        c.master_port = port;
+        chorus::tcp_transport tp(std::move(c));
+    } catch (chorus::transport_error const& e) {
+        seen = conformance::outcome{true, e.code(), e.peer(), e.what()};
+    }
+    fake.join();
+    CHECK(hellos == 2);
+    REQUIRE(seen);
+    CHECK(std::chrono::steady_clock::now() - start < 10s);
+    CHECK(seen->code == chorus::errc::connection_failed);
+    CHECK_MESSAGE(seen->what.find("stopped listening during the rendezvous") != std::string::npos, seen->what);
+}
+
 TEST_CASE("tcp: a rank with another job's token is told so by the master") {
     auto const seen = failed_rendezvous(2, 2, [](chorus::tcp_config& c) {
         if (c.rank == 1) c.job_token = "another job";

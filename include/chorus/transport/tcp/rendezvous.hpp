@@ -17,8 +17,14 @@
 // 4. mesh: each rank connects to every lower rank and accepts from every higher one: every
 //    pair gets one connection, and as listening sockets exist before anyone connects, nobody
 //    waits for a connection that is not being accepted (no deadlock).
-// 5. verify: the steps run until the mesh is complete, a step failed, or the deadline passed;
-//    then whatever is still pending is closed, and a failure says which ranks are missing.
+//    A connection counts once the acceptor answered `accepted`; one turned away before (its
+//    handshake held up past the gate's grace by packet loss, a flood over the gate's cap) is
+//    made again, and so is a connection attempt unanswered for 2 s. Once a rank holds all its
+//    connections it says `ready` on each.
+// 5. verify: the steps run until every peer said ready (so no rank starts its collectives, or
+//    its heartbeat watch, while another still connects), a step failed, or the deadline
+//    passed; then whatever is still pending is closed, and a failure says which ranks are
+//    missing. A peer that closes a held connection fails the rendezvous at once, naming it.
 //
 // A connection whose handshake is wrong (token, rank, garbage) is closed and logged on stderr:
 // a port scanner or another job's stray rank must not break this job. Everything is async on
@@ -69,7 +75,8 @@ public:
     explicit tcp_rendezvous(tcp_config& cfg)
         : cfg_(cfg), me_(cfg.rank), n_(static_cast<std::size_t>(cfg.size)), io_(std::make_unique<asio::io_context>()),
           timers_(*io_), listener_(*io_), to_master_(*io_), joined_(n_), sockets_(n_), endpoints_(n_),
-          gate_(*io_, cfg.rank, std::min(setup_timeout(cfg), std::chrono::milliseconds(5000))) {}
+          gate_(*io_, cfg.rank, std::min(setup_timeout(cfg), std::chrono::milliseconds(5000))), held_by_(n_),
+          ready_in_(n_), refused_by_(n_) {}
 
     tcp_mesh run() {
         deadline_ = std::chrono::steady_clock::now() + setup_timeout(cfg_);
@@ -172,9 +179,15 @@ private:
     // ---- 2. hello: every rank to the master ----------------------------------------------------
 
     void connect_master() {
-        to_master_.async_connect(tcp::endpoint(master_ip_, cfg_.master_port), [this](asio::error_code e) {
+        auto const answered = abandon_unless_answered(to_master_);
+        to_master_.async_connect(tcp::endpoint(master_ip_, cfg_.master_port), [this, answered](asio::error_code e) {
             if (finished_) return;
-            if (!e) return read_master_challenge();
+            *answered = true;
+            if (!e && to_master_.is_open()) return read_master_challenge();
+            // It listened before and no longer does: its process ended (a refusal would have
+            // said why); waiting for the deadline would only hide that.
+            if (e == asio::error::connection_refused && master_seen_)
+                return void(fatal_ = me() + ": the master (rank 0) at " + where_ + " stopped listening during the rendezvous: it exited");
             connect_master_later();
         });
     }
@@ -203,6 +216,7 @@ private:
             if (e) return void(fatal_ = me() + ": no challenge from the master at " + where_ + ": " + e.message());
             auto const nonce = tcp_wire::decode_challenge(challenge_in_.data());
             if (!nonce) return void(fatal_ = me() + ": " + where_ + " is not a chorus master of this version (no challenge)");
+            master_seen_ = true;
             send_hello(*nonce);
         });
     }
@@ -213,6 +227,11 @@ private:
         hello_ = tcp_wire::encode_hello(me_, cfg_.size, my_port_, cfg_.job_token, addr, nonce);
         asio::async_write(to_master_, asio::buffer(hello_), [this](asio::error_code e, std::size_t) {
             if (finished_) return;
+            if (e == asio::error::connection_reset || e == asio::error::broken_pipe) {  // as in read_table
+                ++turned_away_;
+                connect_master_later();
+                return;
+            }
             if (e) return void(fatal_ = me() + ": hello to the master failed: " + e.message());
             awaiting_table_ = true;
             read_table();
@@ -222,8 +241,16 @@ private:
     // ---- 3. table: the master to every rank ----------------------------------------------------
 
     void read_table() {
-        asio::async_read(to_master_, asio::buffer(table_len_), [this](asio::error_code e, std::size_t) {
+        asio::async_read(to_master_, asio::buffer(table_len_), [this](asio::error_code e, std::size_t got) {
             if (finished_) return;
+            if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) {
+                // The master's gate closed the connection before the hello arrived (held up by
+                // packet loss past its grace): say hello again.
+                ++turned_away_;
+                awaiting_table_ = false;
+                connect_master_later();
+                return;
+            }
             auto const len = tcp_wire::get64(table_len_.data());
             if (!e && len == tcp_wire::refusal) return read_refusal();
             if (e || len > tcp_wire::max_table)
@@ -322,30 +349,60 @@ private:
     }
 
     // ---- 4. mesh: connect to lower ranks, accept higher ones ------------------------------------
+    //
+    // A connection is held once both ends know it is a rank of this job: the acceptor checks
+    // the handshake and answers one byte (accepted), and the connector holds it when that byte
+    // arrives. Until then the acceptor's gate may still close it (a handshake held up by packet
+    // loss past the gate's grace, a flood over its cap), and the connector connects again:
+    // being turned away costs a retry, never the job; the deadline bounds the retries and
+    // names the rank. Once a rank holds all its connections it sends one more byte (ready) on
+    // each, and leaves only when every peer's ready arrived: a rank does not start its
+    // collectives, nor the heartbeat watch over its peers, while one of them is still
+    // connecting (it would be silent for as long, and be blamed for it).
 
     void connect_peer(rank_t q, milliseconds wait) {
         auto sock = std::make_shared<tcp::socket>(*io_);
         connecting_.push_back(sock);
-        sock->async_connect(endpoints_[static_cast<std::size_t>(q)], [this, sock, q, wait](asio::error_code e) {
+        auto again = [this, sock, q, wait] {
+            asio::error_code ignore;
+            sock->close(ignore);
+            timers_.after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
+        };
+        auto const answered = abandon_unless_answered(*sock);
+        sock->async_connect(endpoints_[static_cast<std::size_t>(q)], [this, sock, q, again, answered](asio::error_code e) {
             if (finished_) return;
-            if (e) return timers_.after(wait, [this, q, wait] { connect_peer(q, std::min(wait * 2, milliseconds(200))); });
+            *answered = true;
+            if (e || !sock->is_open()) return again();
             if (auto const why = tune_socket(*sock, cfg_.congestion); !why.empty()) return void(fatal_ = me() + ": " + why);
             auto hs = std::make_shared<std::vector<unsigned char>>(tcp_wire::challenge_size);
-            asio::async_read(*sock, asio::buffer(*hs), [this, sock, hs, q](asio::error_code e2, std::size_t) {
+            asio::async_read(*sock, asio::buffer(*hs), [this, sock, hs, q, again](asio::error_code e2, std::size_t) {
                 if (finished_) return;
-                auto const failed = me() + ": handshake with rank " + std::to_string(q) + " failed: ";
-                if (e2) return void(fatal_ = failed + e2.message());
+                if (e2) return turned_away(q, again);
                 auto const nonce = tcp_wire::decode_challenge(hs->data());
-                if (!nonce) return void(fatal_ = failed + "no challenge");
+                if (!nonce) return void(fatal_ = me() + ": handshake with rank " + std::to_string(q) + " failed: no challenge");
                 *hs = tcp_wire::encode_mesh(me_, cfg_.job_token, *nonce);
-                asio::async_write(*sock, asio::buffer(*hs), [this, sock, hs, q, failed](asio::error_code e3, std::size_t) {
+                asio::async_write(*sock, asio::buffer(*hs), [this, sock, hs, q, again](asio::error_code e3, std::size_t) {
                     if (finished_) return;
-                    if (e3) return void(fatal_ = failed + e3.message());
-                    sockets_[static_cast<std::size_t>(q)] = std::make_unique<tcp::socket>(std::move(*sock));
-                    ++connected_;
+                    if (e3) return turned_away(q, again);
+                    hs->resize(1);
+                    asio::async_read(*sock, asio::buffer(*hs), [this, sock, hs, q, again](asio::error_code e4, std::size_t) {
+                        if (finished_) return;
+                        if (e4) return turned_away(q, again);
+                        if ((*hs)[0] != tcp_wire::mesh_accepted)
+                            return void(fatal_ = me() + ": handshake with rank " + std::to_string(q) + " failed: not accepted");
+                        sockets_[static_cast<std::size_t>(q)] = std::make_unique<tcp::socket>(std::move(*sock));
+                        hold(q);
+                    });
                 });
             });
         });
+    }
+
+    // Rank q closed this rank's connection before accepting it: connect again.
+    template <class Again>
+    void turned_away(rank_t q, Again const& again) {
+        ++refused_by_[static_cast<std::size_t>(q)];
+        again();
     }
 
     void accept_mesh() { accept_loop<mesh_in>(listener_, &tcp_rendezvous::on_mesh_head); }
@@ -359,19 +416,58 @@ private:
         auto const expected = tcp_wire::mesh_mac(cfg_.job_token, m->challenge.value, {m->head.data(), 16});
         if (!equal_in_constant_time(expected, h.proof)) return gate_.refuse(*m, "wrong job token");
         if (h.rank <= static_cast<std::uint64_t>(me_) || h.rank >= n_) return gate_.refuse(*m, "unexpected rank " + std::to_string(h.rank));
-        auto& slot = sockets_[static_cast<std::size_t>(m->rank)];
-        if (slot) return gate_.refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
+        auto const q = static_cast<std::size_t>(m->rank);
+        if (sockets_[q]) return gate_.refuse(*m, "rank " + std::to_string(m->rank) + " is already connected");
         if (auto const why = tune_socket(m->sock, cfg_.congestion); !why.empty()) return void(fatal_ = me() + ": " + why);
         m->settled = true;
-        slot = std::make_unique<tcp::socket>(std::move(m->sock));
-        ++accepted_;
+        sockets_[q] = std::make_unique<tcp::socket>(std::move(m->sock));
+        // Held once the byte went out; if it cannot (the connector is gone), the slot is freed
+        // for its next attempt.
+        asio::async_write(*sockets_[q], asio::buffer(&tcp_wire::mesh_accepted, 1), [this, q](asio::error_code e2, std::size_t) {
+            if (finished_) return;
+            if (!e2) return hold(static_cast<rank_t>(q));
+            asio::error_code ignore;
+            sockets_[q]->close(ignore);
+            sockets_[q].reset();
+        });
+    }
+
+    // Both ends hold the connection to q: q's ready is awaited on it, and once every
+    // connection is held, this rank's ready goes out on each. A held connection that closes
+    // before q's ready means q's rendezvous failed or q exited: that fails this one at once.
+    void hold(rank_t q) {
+        auto const i = static_cast<std::size_t>(q);
+        held_by_[i] = true;
+        ++held_;
+        asio::async_read(*sockets_[i], asio::buffer(&ready_in_[i], 1), [this, q, i](asio::error_code e, std::size_t) {
+            if (finished_) return;
+            if (!e && ready_in_[i] == tcp_wire::mesh_ready) return void(++readies_in_);
+            fail(errc::peer_failed, q,
+                 me() + ": rank " + std::to_string(q) + (e ? " closed its connection during the rendezvous (" + e.message() + "): its rendezvous failed or it exited"
+                                                           : " broke the mesh protocol (no ready)"));
+        });
+        if (held_ != n_ - 1) return;
+        for (std::size_t p = 0; p < n_; ++p)
+            if (sockets_[p])
+                asio::async_write(*sockets_[p], asio::buffer(&tcp_wire::mesh_ready, 1), [this, p](asio::error_code e, std::size_t) {
+                    if (finished_) return;
+                    if (!e) return void(++readies_out_);
+                    fail(errc::peer_failed, static_cast<rank_t>(p),
+                         me() + ": rank " + std::to_string(p) + " closed its connection during the rendezvous (" + e.message() + ")");
+                });
+    }
+
+    void fail(errc code, rank_t blame, std::string what) {
+        if (!fatal_.empty()) return;
+        refused_code_ = code;
+        refused_blame_ = blame;
+        fatal_ = std::move(what);
     }
 
     // ---- 5. verify ---------------------------------------------------------------------------
 
     bool complete() const {
-        return have_table_ && connected_ == static_cast<std::size_t>(me_) && accepted_ == n_ - 1 - static_cast<std::size_t>(me_) &&
-               (me_ != 0 || tables_sent_ == n_);
+        return have_table_ && held_ == n_ - 1 && readies_in_ == n_ - 1 && readies_out_ == n_ - 1 && (me_ != 0 || tables_sent_ == n_);
     }
 
     // Closes everything still pending (and, on failure, the mesh too), then runs the handlers
@@ -419,11 +515,19 @@ private:
             return {errc::timeout, 0,
                     me() + ": rendezvous timed out" + after + " waiting for the table from the master (rank 0) at " + where_ +
                         (turned_away_ == 0 ? std::string()
-                                           : "; it closed " + std::to_string(turned_away_) + " of this rank's connections before its challenge")};
-        auto const [first, missing] =
-            missing_ranks([&](std::size_t q) { return q != static_cast<std::size_t>(me_) && !sockets_[q]; });
+                                           : "; it closed " + std::to_string(turned_away_) + " of this rank's connections before answering its hello")};
+        std::string refusals;
+        for (std::size_t q = 0; q < n_; ++q)
+            if (refused_by_[q] > 0)
+                refusals += "; rank " + std::to_string(q) + " closed " + std::to_string(refused_by_[q]) + " of this rank's connections before accepting one";
+        if (held_ < n_ - 1) {
+            auto const [first, missing] = missing_ranks([&](std::size_t q) { return q != static_cast<std::size_t>(me_) && !held_by_[q]; });
+            return {errc::timeout, std::max(first, 0),
+                    me() + ": connecting the mesh timed out" + after + "; no connection with ranks: " + missing + refusals};
+        }
+        auto const [first, missing] = missing_ranks([&](std::size_t q) { return q != static_cast<std::size_t>(me_) && ready_in_[q] != tcp_wire::mesh_ready; });
         return {errc::timeout, std::max(first, 0),
-                me() + ": connecting the mesh timed out" + after + "; no connection with ranks: " + missing};
+                me() + ": the mesh was not complete" + after + ": this rank holds all its connections, but these ranks still miss some of theirs: " + missing};
     }
 
     // The master failed: every rank that joined learns why at once (no reply is awaited).
@@ -448,6 +552,19 @@ private:
     }
 
     // ---- helpers -----------------------------------------------------------------------------
+
+    // A connection attempt not answered within two seconds is closed (its handler then sees
+    // an error and tries again): the kernel waits 1, 2, 4, 8, 16 s between the SYNs of one
+    // attempt, so where packets are lost, a few lost SYNs or SYN-ACKs would make it outwait the
+    // deadline, while a fresh attempt starts at 1 s again. Returns the flag its handler sets.
+    std::shared_ptr<bool> abandon_unless_answered(tcp::socket& sock) {
+        auto answered = std::make_shared<bool>(false);
+        timers_.after(milliseconds(2000), [&sock, answered] {
+            asio::error_code ignore;
+            if (!*answered) sock.close(ignore);
+        });
+        return answered;
+    }
 
     // A hello from what claims to be a chorus rank (its magic was right) that this job refuses:
     // the rank is told why, so that its own error says it, then refused as any stranger.
@@ -494,7 +611,8 @@ private:
     // 2.-3. hello and table, this rank's side
     tcp::socket to_master_;
     milliseconds backoff_{5};
-    std::size_t turned_away_ = 0;  // connections the master closed before its challenge
+    std::size_t turned_away_ = 0;  // connections the master closed before its challenge or table
+    bool master_seen_ = false;  // a challenge came: the master listens, until it ends
     std::vector<unsigned char> hello_, table_in_;
     std::array<unsigned char, 8> table_len_{};
     std::array<unsigned char, tcp_wire::refusal_head_size> refusal_head_{};
@@ -513,7 +631,10 @@ private:
     std::vector<tcp::endpoint> endpoints_;
     std::list<std::shared_ptr<tcp::socket>> connecting_;
     tcp_gate gate_;  // the connections accepted, until they proved to be ranks of this job
-    std::size_t connected_ = 0, accepted_ = 0;
+    std::vector<bool> held_by_;  // by rank: both ends hold the connection
+    std::vector<unsigned char> ready_in_;  // by rank: its ready, once read
+    std::vector<std::size_t> refused_by_;  // by lower rank: connections it closed before accepting
+    std::size_t held_ = 0, readies_in_ = 0, readies_out_ = 0;
 };
 
 } // namespace chorus::detail
