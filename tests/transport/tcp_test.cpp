@@ -688,6 +688,30 @@ TEST_CASE("tcp: a rank whose hello the master closed unanswered says it again; a
     CHECK_MESSAGE(seen->what.find("stopped listening during the rendezvous") != std::string::npos, seen->what);
 }
 
+TEST_CASE("tcp: a link that never connects is named by every rank, not the rank whose deadline came first") {
+    // Rank 2 advertises an address nobody can reach: rank 3 never connects to it. Ranks 2 and 3
+    // give up after 1.5 s, ranks 0 and 1 would wait 6 s; the first of 2 and 3 to give up tells
+    // the ranks holding its connections that its rendezvous failed (not that it exited), and
+    // they name the end of the broken link they miss, at once.
+    auto const start = std::chrono::steady_clock::now();
+    auto const seen = failed_rendezvous(4, 4, [](chorus::tcp_config& c) {
+        c.timeout = c.rank >= 2 ? 1500ms : 6000ms;
+        if (c.rank == 2) c.advertise_addr = "192.0.2.1";  // TEST-NET-1: never answers
+    });
+    CHECK(std::chrono::steady_clock::now() - start < 4s);
+    for (rank_t r = 0; r < 4; ++r) {
+        auto const& o = seen[static_cast<std::size_t>(r)];
+        CAPTURE(r);
+        CAPTURE(o.what);
+        CHECK(o.threw);
+        CHECK(o.code == chorus::errc::timeout);
+        if (r < 2) CHECK((o.peer == 2 || o.peer == 3));
+    }
+    CHECK(seen[2].peer == 3);
+    CHECK(seen[3].peer == 2);
+    CHECK(seen[3].what.find("no connection with ranks: 2") != std::string::npos);
+}
+
 TEST_CASE("tcp: a rank with another job's token is told so by the master") {
     auto const seen = failed_rendezvous(2, 2, [](chorus::tcp_config& c) {
         if (c.rank == 1) c.job_token = "another job";

@@ -187,7 +187,8 @@ private:
             // It listened before and no longer does: its process ended (a refusal would have
             // said why); waiting for the deadline would only hide that.
             if (e == asio::error::connection_refused && master_seen_)
-                return void(fatal_ = me() + ": the master (rank 0) at " + where_ + " stopped listening during the rendezvous: it exited");
+                return fail(errc::connection_failed, 0,
+                            me() + ": the master (rank 0) at " + where_ + " stopped listening during the rendezvous: it exited");
             connect_master_later();
         });
     }
@@ -442,8 +443,9 @@ private:
         asio::async_read(*sockets_[i], asio::buffer(&ready_in_[i], 1), [this, q, i](asio::error_code e, std::size_t) {
             if (finished_) return;
             if (!e && ready_in_[i] == tcp_wire::mesh_ready) return void(++readies_in_);
+            if (!e && ready_in_[i] == tcp_wire::mesh_failed) return gave_up(q);
             fail(errc::peer_failed, q,
-                 me() + ": rank " + std::to_string(q) + (e ? " closed its connection during the rendezvous (" + e.message() + "): its rendezvous failed or it exited"
+                 me() + ": rank " + std::to_string(q) + (e ? " closed its connection during the rendezvous (" + e.message() + "): it exited"
                                                            : " broke the mesh protocol (no ready)"));
         });
         if (held_ != n_ - 1) return;
@@ -455,6 +457,18 @@ private:
                     fail(errc::peer_failed, static_cast<rank_t>(p),
                          me() + ": rank " + std::to_string(p) + " closed its connection during the rendezvous (" + e.message() + ")");
                 });
+    }
+
+    // q's rendezvous failed before the mesh was complete: mostly its deadline passed (it
+    // started first) waiting for ranks that this one misses too, so those are named, as this
+    // rank's own deadline would; q only where this rank misses nobody else.
+    void gave_up(rank_t q) {
+        auto const [first, missing] = missing_ranks([&](std::size_t p) {
+            return p != static_cast<std::size_t>(me_) && p != static_cast<std::size_t>(q) && ready_in_[p] != tcp_wire::mesh_ready;
+        });
+        std::string const what = me() + ": the rendezvous failed at rank " + std::to_string(q) + " before the mesh was complete";
+        if (first < 0) return fail(errc::peer_failed, q, what);
+        fail(errc::timeout, first, what + "; ranks that have not completed theirs: " + missing);
     }
 
     void fail(errc code, rank_t blame, std::string what) {
@@ -484,8 +498,14 @@ private:
         for (auto& j : joined_)
             if (j) j->sock.close(ignore);
         if (!ok)
-            for (auto& s : sockets_)
-                if (s) s->close(ignore);
+            for (std::size_t q = 0; q < n_; ++q) {
+                if (!sockets_[q]) continue;
+                // Peers holding it learn that this rendezvous failed, not that this rank
+                // exited. Only before any ready went out: a peer that had every ready may have
+                // left its rendezvous, and would read the byte as a frame (it sees the close).
+                if (held_by_[q] && held_ < n_ - 1) tell(*sockets_[q], {tcp_wire::mesh_failed});
+                sockets_[q]->close(ignore);
+            }
         io_->restart();
         io_->run();
     }
@@ -557,6 +577,8 @@ private:
     // an error and tries again): the kernel waits 1, 2, 4, 8, 16 s between the SYNs of one
     // attempt, so where packets are lost, a few lost SYNs or SYN-ACKs would make it outwait the
     // deadline, while a fresh attempt starts at 1 s again. Returns the flag its handler sets.
+    // A socket has one attempt at a time (the next starts from its handler), so the flag
+    // belongs to that attempt even where the socket is reused (to_master_).
     std::shared_ptr<bool> abandon_unless_answered(tcp::socket& sock) {
         auto answered = std::make_shared<bool>(false);
         timers_.after(milliseconds(2000), [&sock, answered] {
@@ -619,8 +641,8 @@ private:
     std::vector<unsigned char> refusal_text_;
     errc refused_code_ = errc::connection_failed;  // what fatal_ is, from the master's refusal
     rank_t refused_blame_ = -1;
-    bool awaiting_table_ = false;
-    std::array<unsigned char, tcp_wire::challenge_size> challenge_in_{};  // the master's  // the hello went out; the master's table or refusal is due
+    bool awaiting_table_ = false;  // the hello went out; the master's table or refusal is due
+    std::array<unsigned char, tcp_wire::challenge_size> challenge_in_{};  // the master's
     bool have_table_ = false;
     // 2.-3. the master's side
     std::vector<std::shared_ptr<joiner>> joined_;

@@ -12,7 +12,8 @@
 //                            {refusal, errc, rank to blame, text length} text
 //   mesh (rank -> lower rank): {mesh_magic, rank} mac[32]; answered by one byte, accepted
 //                            (lower -> higher rank); then, once a rank holds all its
-//                            connections, one byte ready on each (both ways)
+//                            connections, one byte ready on each (both ways); or, from a
+//                            rank whose rendezvous failed, one byte failed
 //   frame (after the mesh):  {type, tag, size} then `size` payload bytes; types: data, abort
 //                            (payload: the reason; tag: the rank it blames, + 1; 0: the
 //                            sender), goodbye (size 0: "I am leaving the group"),
@@ -44,7 +45,7 @@ namespace chorus::detail::tcp_wire {
 inline constexpr std::uint64_t hello_magic = 0x33305355524f4843ULL;      // "CHORUS03"
 inline constexpr std::uint64_t mesh_magic = 0x33304853454d4843ULL;       // "CHMESH03"
 inline constexpr std::uint64_t challenge_magic = 0x33304c4148434843ULL;  // "CHCHAL03"
-inline constexpr unsigned char mesh_accepted = 0xac, mesh_ready = 0x5e;
+inline constexpr unsigned char mesh_accepted = 0xac, mesh_ready = 0x5e, mesh_failed = 0xfa;
 inline constexpr std::uint64_t frame_data = 1, frame_abort = 2, frame_goodbye = 3, frame_heartbeat = 4;
 inline constexpr std::size_t header_size = 24, hello_head_size = 40, mac_size = 32;
 inline constexpr std::size_t mesh_head_size = 16 + mac_size;  // the mac is part of it
