@@ -201,6 +201,14 @@ private:
         timers_.after(std::exchange(backoff_, std::min(backoff_ * 2, milliseconds(200))), [this] { connect_master(); });
     }
 
+    // The master closed this rank's connection before its challenge or its table: connect and
+    // say hello again.
+    void turned_away_by_master() {
+        ++turned_away_;
+        awaiting_table_ = false;
+        connect_master_later();
+    }
+
     // The master's challenge first: the hello answers it (wire.hpp). A connection closed before
     // any challenge was turned away by the master's gate (gate.hpp: a burst of silent
     // connections fills its cap, and the newest goes while none has been silent for long):
@@ -209,11 +217,7 @@ private:
     void read_master_challenge() {
         asio::async_read(to_master_, asio::buffer(challenge_in_), [this](asio::error_code e, std::size_t got) {
             if (finished_) return;
-            if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) {
-                ++turned_away_;
-                connect_master_later();
-                return;
-            }
+            if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) return turned_away_by_master();
             if (e) return void(fatal_ = me() + ": no challenge from the master at " + where_ + ": " + e.message());
             auto const nonce = tcp_wire::decode_challenge(challenge_in_.data());
             if (!nonce) return void(fatal_ = me() + ": " + where_ + " is not a chorus master of this version (no challenge)");
@@ -228,11 +232,7 @@ private:
         hello_ = tcp_wire::encode_hello(me_, cfg_.size, my_port_, cfg_.job_token, addr, nonce);
         asio::async_write(to_master_, asio::buffer(hello_), [this](asio::error_code e, std::size_t) {
             if (finished_) return;
-            if (e == asio::error::connection_reset || e == asio::error::broken_pipe) {  // as in read_table
-                ++turned_away_;
-                connect_master_later();
-                return;
-            }
+            if (e == asio::error::connection_reset || e == asio::error::broken_pipe) return turned_away_by_master();
             if (e) return void(fatal_ = me() + ": hello to the master failed: " + e.message());
             awaiting_table_ = true;
             read_table();
@@ -244,14 +244,9 @@ private:
     void read_table() {
         asio::async_read(to_master_, asio::buffer(table_len_), [this](asio::error_code e, std::size_t got) {
             if (finished_) return;
-            if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) {
-                // The master's gate closed the connection before the hello arrived (held up by
-                // packet loss past its grace): say hello again.
-                ++turned_away_;
-                awaiting_table_ = false;
-                connect_master_later();
-                return;
-            }
+            // The master's gate closed the connection before the hello arrived (held up by packet
+            // loss past its grace): say hello again.
+            if (got == 0 && (e == asio::error::eof || e == asio::error::connection_reset)) return turned_away_by_master();
             auto const len = tcp_wire::get64(table_len_.data());
             if (!e && len == tcp_wire::refusal) return read_refusal();
             if (e || len > tcp_wire::max_table)
